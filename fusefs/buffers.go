@@ -1,0 +1,49 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// buffers hands out part-sized byte slices, pooled so that a long copy does
+// not allocate a new 8 MiB slice per part, and counted against the mount's
+// memory limit so that many concurrent readers and writers stay bounded.
+type buffers struct {
+	fsys *FS
+	pool sync.Pool
+}
+
+func (f *FS) partBuffers() *buffers {
+	f.bufOnce.Do(func() {
+		size := f.opts.PartSize
+		f.bufs = &buffers{fsys: f, pool: sync.Pool{New: func() any { b := make([]byte, size); return &b }}}
+	})
+	return f.bufs
+}
+
+// tryGet returns a buffer if the memory limit allows one now.
+func (b *buffers) tryGet() *[]byte {
+	if !b.fsys.memory.TryAcquire(int64(b.fsys.opts.PartSize)) {
+		return nil
+	}
+	return b.pool.Get().(*[]byte)
+}
+
+// get waits up to wait for a buffer; nil if none became free.
+func (b *buffers) get(ctx context.Context, wait time.Duration) *[]byte {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := b.fsys.memory.Acquire(ctx, int64(b.fsys.opts.PartSize)); err != nil {
+		return nil
+	}
+	return b.pool.Get().(*[]byte)
+}
+
+func (b *buffers) put(p *[]byte) {
+	if p == nil {
+		return
+	}
+	b.pool.Put(p)
+	b.fsys.memory.Release(int64(b.fsys.opts.PartSize))
+}

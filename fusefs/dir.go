@@ -1,0 +1,357 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// dirNode is a directory: a key prefix "a/b/", with or without a marker
+// object of that name.
+type dirNode struct {
+	fs.Inode
+	fsys *FS
+
+	mu        sync.Mutex
+	attr      attrs
+	hasMarker bool
+	listCache *listing
+}
+
+var (
+	_ fs.NodeLookuper  = (*dirNode)(nil)
+	_ fs.NodeReaddirer = (*dirNode)(nil)
+	_ fs.NodeGetattrer = (*dirNode)(nil)
+	_ fs.NodeSetattrer = (*dirNode)(nil)
+	_ fs.NodeMkdirer   = (*dirNode)(nil)
+	_ fs.NodeRmdirer   = (*dirNode)(nil)
+	_ fs.NodeCreater   = (*dirNode)(nil)
+	_ fs.NodeUnlinker  = (*dirNode)(nil)
+	_ fs.NodeRenamer   = (*dirNode)(nil)
+	_ fs.NodeSymlinker = (*dirNode)(nil)
+	_ fs.NodeStatfser  = (*dirNode)(nil)
+	_ fs.NodeLinker    = (*dirNode)(nil)
+	_ fs.NodeMknoder   = (*dirNode)(nil)
+)
+
+// key is the directory's prefix: "" for the root of a whole bucket,
+// otherwise ending in "/".
+func (n *dirNode) key() string {
+	k := n.fsys.keyOf(&n.Inode)
+	if k != "" && k[len(k)-1] != '/' {
+		k += "/"
+	}
+	return k
+}
+
+func (n *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.Lock()
+	n.attr.fill(&out.Attr)
+	n.mu.Unlock()
+	return 0
+}
+
+func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	n.mu.Lock()
+	a := n.attr
+	n.mu.Unlock()
+	// A bucket's root has no object to hold its attributes, so changes to
+	// it last only as long as the mount.
+	if a.applySetattr(in) && !(n.IsRoot() && n.fsys.opts.Prefix == "") {
+		if err := n.putMarker(ctx, a); err != nil {
+			return errno(err)
+		}
+	}
+	n.mu.Lock()
+	n.attr = a
+	n.attr.fill(&out.Attr)
+	n.mu.Unlock()
+	return 0
+}
+
+// putMarker writes the directory's marker object with attributes a.
+func (n *dirNode) putMarker(ctx context.Context, a attrs) error {
+	if _, err := n.fsys.store.Put(ctx, n.key(), bytes.NewReader(nil), 0, a.metadata()); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.hasMarker = true
+	n.mu.Unlock()
+	return nil
+}
+
+// keepAlive gives an implicit directory (one that exists only because keys
+// lie below it) a marker before its last child goes, so that removing a
+// file never removes the directory it was in.
+func (n *dirNode) keepAlive(ctx context.Context) error {
+	n.mu.Lock()
+	has, a := n.hasMarker, n.attr
+	n.mu.Unlock()
+	if has {
+		return nil
+	}
+	return n.putMarker(ctx, a)
+}
+
+func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if !validName(name) {
+		return nil, syscall.ENOENT
+	}
+	if ch := n.localChild(name); ch != nil {
+		return ch, fillEntry(ctx, ch, out) // created here, not uploaded yet
+	}
+	e, found, known := n.cached(name)
+	if known && !found {
+		return nil, syscall.ENOENT
+	}
+	if !known {
+		r, err := n.fsys.resolve(ctx, n.key()+name)
+		if err != nil {
+			return nil, errno(err)
+		}
+		e = dirEntry{name: name, isDir: r.isDir, obj: r.obj}
+	}
+	ch := n.childFor(ctx, e)
+	return ch, fillEntry(ctx, ch, out)
+}
+
+// localChild is a child inode this mount created that the store does not
+// have yet (a file still being written).
+func (n *dirNode) localChild(name string) *fs.Inode {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	if f, ok := ch.Operations().(*fileNode); ok && f.isLocal() {
+		return ch
+	}
+	return nil
+}
+
+// childFor returns the inode for e, reusing the existing one when it is of
+// the same kind so that open files keep their state.
+func (n *dirNode) childFor(ctx context.Context, e dirEntry) *fs.Inode {
+	kind := typeOf(e)
+	var a attrs
+	if e.isDir {
+		a = n.fsys.attrsOf(e.obj, syscall.S_IFDIR)
+	} else {
+		a = n.fsys.attrsOf(e.obj, syscall.S_IFREG)
+		kind = a.mode & syscall.S_IFMT
+	}
+	if ch := n.GetChild(e.name); ch != nil && ch.StableAttr().Mode == kind {
+		switch node := ch.Operations().(type) {
+		case *fileNode:
+			node.refresh(a)
+		case *dirNode:
+			if e.obj.Key != "" {
+				node.mu.Lock()
+				node.attr, node.hasMarker = a, true
+				node.mu.Unlock()
+			}
+		case *symlinkNode:
+			node.refresh(a)
+		}
+		return ch
+	}
+	return n.newChild(ctx, kind, a, e.isDir && e.obj.Key != "")
+}
+
+func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker bool) *fs.Inode {
+	var node fs.InodeEmbedder
+	switch kind {
+	case syscall.S_IFDIR:
+		node = &dirNode{fsys: n.fsys, attr: a, hasMarker: hasMarker}
+	case syscall.S_IFLNK:
+		node = &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
+	default:
+		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
+	}
+	return n.NewInode(ctx, node, fs.StableAttr{Mode: kind})
+}
+
+func fillEntry(ctx context.Context, ch *fs.Inode, out *fuse.EntryOut) syscall.Errno {
+	var ao fuse.AttrOut
+	if errno := ch.Operations().(fs.NodeGetattrer).Getattr(ctx, nil, &ao); errno != 0 {
+		return errno
+	}
+	out.Attr = ao.Attr
+	return 0
+}
+
+func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	entries, err := n.list(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	n.remember(entries)
+	seen := make(map[string]bool, len(entries))
+	out := make([]fuse.DirEntry, 0, len(entries))
+	for _, e := range entries {
+		seen[e.name] = true
+		mode := typeOf(e)
+		if !e.isDir && e.obj.Metadata != nil {
+			mode = n.fsys.attrsOf(e.obj, syscall.S_IFREG).mode & syscall.S_IFMT
+		}
+		out = append(out, fuse.DirEntry{Name: e.name, Mode: mode})
+	}
+	// Files created here whose first upload has not happened yet.
+	for name, ch := range n.Children() {
+		if f, ok := ch.Operations().(*fileNode); ok && !seen[name] && f.isLocal() {
+			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+		}
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	if !validName(name) {
+		return nil, syscall.EINVAL
+	}
+	a := n.newAttrs(ctx, syscall.S_IFDIR|mode&07777)
+	key := n.key() + name + "/"
+	if _, err := n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, a.metadata()); err != nil {
+		return nil, errno(err)
+	}
+	n.noteChild(name, &dirEntry{name: name, isDir: true, obj: store.Object{Key: key, Metadata: a.metadata()}})
+	ch := n.newChild(ctx, syscall.S_IFDIR, a, true)
+	a.fill(&out.Attr)
+	return ch, 0
+}
+
+// newAttrs are the attributes of a node the caller creates now.
+func (n *dirNode) newAttrs(ctx context.Context, mode uint32) attrs {
+	a := attrs{mode: mode, uid: n.fsys.opts.UID, gid: n.fsys.opts.GID, mtime: time.Now()}
+	if c, ok := ctx.(*fuse.Context); ok {
+		a.uid, a.gid = c.Uid, c.Gid
+	}
+	return a
+}
+
+func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	key := n.key() + name + "/"
+	for e, err := range n.fsys.store.List(ctx, key, "", false) {
+		if err != nil {
+			return errno(err)
+		}
+		if e.IsPrefix() || e.Key != key {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if ch := n.GetChild(name); ch != nil {
+		for _, gc := range ch.Children() {
+			if f, ok := gc.Operations().(*fileNode); ok && f.isLocal() {
+				return syscall.ENOTEMPTY
+			}
+		}
+	}
+	if err := n.keepAlive(ctx); err != nil {
+		return errno(err)
+	}
+	if err := n.fsys.store.Delete(ctx, key); err != nil {
+		return errno(err)
+	}
+	n.noteChild(name, nil)
+	return 0
+}
+
+func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, nil, 0, syscall.EROFS
+	}
+	if !validName(name) {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	a := n.newAttrs(ctx, syscall.S_IFREG|mode&07777)
+	node := &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
+	node.startEmpty(true)
+	ch := n.NewInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG})
+	fh, fuseFlags := node.openHandle(flags)
+	a.fill(&out.Attr)
+	return ch, fh, fuseFlags, 0
+}
+
+func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	if !validName(name) {
+		return nil, syscall.EINVAL
+	}
+	a := n.newAttrs(ctx, syscall.S_IFLNK|0o777)
+	a.size = int64(len(target))
+	key := n.key() + name
+	o, err := n.fsys.store.Put(ctx, key, bytes.NewReader([]byte(target)), int64(len(target)), a.metadata())
+	if err != nil {
+		return nil, errno(err)
+	}
+	a.etag = o.ETag
+	o.Metadata = a.metadata()
+	n.noteChild(name, &dirEntry{name: name, obj: o})
+	node := &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now(), target: target, haveTarget: true}
+	ch := n.NewInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFLNK})
+	a.fill(&out.Attr)
+	return ch, 0
+}
+
+func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if err := n.keepAlive(ctx); err != nil {
+		return errno(err)
+	}
+	if ch := n.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			if errno := f.unlink(ctx); errno != 0 {
+				return errno
+			}
+		}
+	}
+	if err := n.fsys.store.Delete(ctx, n.key()+name); err != nil {
+		return errno(err)
+	}
+	n.noteChild(name, nil)
+	return 0
+}
+
+// Link: S3 has no hard links, and faking one by copying would make two
+// files that silently diverge.
+func (n *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.ENOTSUP
+}
+
+// Mknod: device nodes, FIFOs and sockets cannot be stored as objects.
+func (n *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.ENOTSUP
+}
+
+// Statfs reports an effectively unlimited filesystem: S3 has no capacity.
+func (n *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	const blocks = 1 << 40 // 4 PiB of 4 KiB blocks
+	out.Bsize = 4096
+	out.Frsize = 4096
+	out.Blocks = blocks
+	out.Bfree = blocks
+	out.Bavail = blocks
+	out.Files = 1 << 40
+	out.Ffree = 1 << 40
+	out.NameLen = maxNameLen
+	return 0
+}

@@ -1,0 +1,388 @@
+package fusefs
+
+import (
+	"context"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// fileNode is a regular file: one object. While it is being written its
+// content lives locally, in exactly one of two forms: a stream (written
+// sequentially from 0 and uploaded as it grows) or a staging file (a whole
+// local copy, for random writes); the object is replaced on flush/fsync.
+type fileNode struct {
+	fs.Inode
+	fsys *FS
+
+	mu     sync.Mutex
+	attr   attrs
+	attrAt time.Time
+	// stored says the object exists in the store (false for a file created
+	// here whose first upload has not happened).
+	stored   bool
+	mtimeSet bool // mtime was set explicitly since the last upload
+
+	opens, writers int
+	unlinked       bool
+	// cachedETag is the ETag whose content the kernel's page cache holds.
+	cachedETag string
+
+	stream  *stream
+	staging *stagingFile
+	dirty   bool  // local content differs from the object
+	err     error // a failed upload, reported until the last close
+}
+
+var (
+	_ fs.NodeGetattrer = (*fileNode)(nil)
+	_ fs.NodeSetattrer = (*fileNode)(nil)
+	_ fs.NodeOpener    = (*fileNode)(nil)
+	_ fs.NodeFsyncer   = (*fileNode)(nil)
+)
+
+func (n *fileNode) key() string { return n.fsys.keyOf(&n.Inode) }
+
+// local reports whether local content is authoritative.
+func (n *fileNode) local() bool { return n.stream != nil || n.staging != nil }
+
+func (n *fileNode) size() int64 {
+	switch {
+	case n.stream != nil:
+		return n.stream.size
+	default:
+		return n.attr.size
+	}
+}
+
+// isLocal reports a file that exists only in this mount so far.
+func (n *fileNode) isLocal() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.stored && !n.unlinked && (n.local() || n.opens > 0)
+}
+
+// refresh takes attributes from a lookup unless local content rules.
+func (n *fileNode) refresh(a attrs) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.local() {
+		return
+	}
+	n.attr, n.attrAt, n.stored = a, time.Now(), true
+}
+
+// startEmpty makes the content empty and ready to stream.
+func (n *fileNode) startEmpty(created bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.startEmptyLocked()
+	if created {
+		n.stored = false
+	}
+}
+
+func (n *fileNode) startEmptyLocked() {
+	n.dropLocal()
+	n.stream = n.fsys.newStream(n.key())
+	n.attr.size = 0
+	n.dirty = true
+	n.cachedETag = ""
+}
+
+// dropLocal discards local content.
+func (n *fileNode) dropLocal() {
+	if n.stream != nil {
+		n.stream.abort()
+		n.stream = nil
+	}
+	if n.staging != nil {
+		n.staging.Close()
+		n.staging = nil
+	}
+	n.dirty = false
+}
+
+// toStaging moves the content to a staging file: from the stream's
+// buffer, or by first completing the stream's upload and downloading it
+// back when parts already went up, or from the object.
+func (n *fileNode) toStaging(ctx context.Context) error {
+	if n.staging != nil {
+		return nil
+	}
+	if n.stream != nil && !n.stream.started() {
+		st, err := n.fsys.newStaging()
+		if err != nil {
+			return err
+		}
+		if err := st.WriteAt(n.stream.pending(), 0); err != nil {
+			st.Close()
+			return err
+		}
+		n.attr.size = n.stream.size
+		n.stream.release()
+		n.stream = nil
+		n.staging = st
+		return nil
+	}
+	if n.stream != nil {
+		if errno := n.syncLocked(ctx); errno != 0 {
+			return errno
+		}
+	}
+	st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.size)
+	if err != nil {
+		return err
+	}
+	n.staging = st
+	return nil
+}
+
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.Lock()
+	stale := !n.local() && n.stored && time.Since(n.attrAt) > n.fsys.opts.StatTTL
+	n.mu.Unlock()
+	if stale {
+		o, err := n.fsys.store.Head(ctx, n.key())
+		if err != nil {
+			return errno(err)
+		}
+		n.refresh(n.fsys.attrsOf(o, syscall.S_IFREG))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a := n.attr
+	a.size = n.size()
+	a.fill(&out.Attr)
+	return 0
+}
+
+func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if size, ok := in.GetSize(); ok {
+		if err := n.truncateLocked(ctx, int64(size)); err != nil {
+			return toErrno(err)
+		}
+		// truncate(path) with nobody writing is complete when it returns.
+		if n.writers == 0 {
+			if errno := n.syncLocked(ctx); errno != 0 {
+				return errno
+			}
+		}
+	}
+	a := n.attr
+	if a.applySetattr(in) {
+		if _, ok := in.GetMTime(); ok {
+			n.mtimeSet = true
+		}
+		if !n.dirty && n.stored {
+			key := n.key()
+			o, err := n.fsys.store.Copy(ctx, key, key, a.metadata())
+			if err != nil {
+				return errno(err)
+			}
+			a.etag = o.ETag
+			n.mtimeSet = false
+		}
+		n.attr = a
+	}
+	a = n.attr
+	a.size = n.size()
+	a.fill(&out.Attr)
+	return 0
+}
+
+func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
+	if size == n.size() && n.local() {
+		return nil
+	}
+	if size == 0 {
+		n.startEmptyLocked()
+		return nil
+	}
+	if err := n.toStaging(ctx); err != nil {
+		return err
+	}
+	if err := n.staging.Truncate(size); err != nil {
+		return err
+	}
+	n.attr.size = size
+	n.dirty = true
+	n.cachedETag = ""
+	return nil
+}
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	writable := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if n.fsys.opts.ReadOnly && (writable || flags&syscall.O_TRUNC != 0) {
+		return nil, 0, syscall.EROFS
+	}
+	if writable && flags&syscall.O_TRUNC != 0 {
+		n.mu.Lock()
+		err := n.truncateLocked(ctx, 0)
+		n.mu.Unlock()
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+	}
+	fh, fuseFlags := n.openHandle(flags)
+	return fh, fuseFlags, 0
+}
+
+// openHandle registers an open and says whether the kernel may keep its
+// cached pages: only when the object is the one they were read from.
+func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
+	writable := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.opens++
+	if writable {
+		n.writers++
+	}
+	var fuseFlags uint32
+	if !n.local() && n.attr.etag != "" && n.attr.etag == n.cachedETag {
+		fuseFlags |= fuse.FOPEN_KEEP_CACHE
+	}
+	if !n.local() {
+		n.cachedETag = n.attr.etag
+	}
+	return &handle{node: n, writable: writable, r: reader{fsys: n.fsys}}, fuseFlags
+}
+
+func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	return n.sync(ctx)
+}
+
+func (n *fileNode) sync(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.syncLocked(ctx)
+}
+
+// syncLocked makes the object equal the local content. A failure is EIO
+// to the caller and leaves the previous object as it was.
+func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
+	if n.err != nil {
+		return syscall.EIO
+	}
+	if !n.dirty || n.unlinked {
+		return 0
+	}
+	a := n.attr
+	if !n.mtimeSet {
+		a.mtime = time.Now()
+	}
+	meta := a.metadata()
+	var err error
+	switch {
+	case n.stream != nil:
+		s := n.stream
+		n.stream = nil
+		o, ferr := s.finish(ctx, meta)
+		if err = ferr; err == nil {
+			a.size, a.etag = o.Size, o.ETag
+		} else {
+			// The stream's data is gone with its aborted upload; the
+			// writer hears of it on this and every later flush.
+			n.err = err
+		}
+	case n.staging != nil:
+		size := n.attr.size
+		o, perr := n.fsys.store.Put(ctx, n.key(), io.NewSectionReader(n.staging.f, 0, size), size, meta)
+		if err = perr; err == nil {
+			a.size, a.etag = size, o.ETag
+		}
+	}
+	if err != nil {
+		n.fsys.stats.UploadErrors.Add(1)
+		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", n.key(), "err", err)
+		return syscall.EIO
+	}
+	n.fsys.stats.Uploads.Add(1)
+	n.attr, n.attrAt = a, time.Now()
+	n.stored, n.dirty, n.mtimeSet = true, false, false
+	if p := n.parentDir(); p != nil {
+		p.noteChild(n.name(), &dirEntry{name: n.name(), obj: objectFor(n.key(), a)})
+	}
+	return 0
+}
+
+func (n *fileNode) parentDir() *dirNode {
+	_, p := n.Parent()
+	if p == nil {
+		return nil
+	}
+	d, _ := p.Operations().(*dirNode)
+	return d
+}
+
+func (n *fileNode) name() string {
+	name, _ := n.Parent()
+	return name
+}
+
+// release ends one open. The last close drops local content: anything not
+// uploaded by then was reported to the writer by flush.
+func (n *fileNode) release(writable bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.opens--
+	if writable {
+		n.writers--
+	}
+	if n.opens > 0 {
+		return
+	}
+	if n.dirty && n.err == nil && !n.unlinked {
+		// Written through a handle we never saw flushed (mmap); last try.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		n.syncLocked(ctx)
+		cancel()
+	}
+	n.dropLocal()
+	n.err = nil
+}
+
+// unlink is called before the object is deleted. Open handles keep
+// reading the content from a local copy, as POSIX promises.
+func (n *fileNode) unlink(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.opens > 0 && !n.local() && n.stored && n.attr.size <= n.fsys.opts.StagingLimit/4 {
+		st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.size)
+		if err == nil {
+			n.staging = st
+		}
+	}
+	if n.stream != nil {
+		if err := n.toStaging(ctx); err != nil {
+			n.dropLocal()
+		}
+	}
+	if n.opens == 0 {
+		n.dropLocal()
+	}
+	n.unlinked, n.stored, n.dirty = true, false, false
+	return 0
+}
+
+func toErrno(err error) syscall.Errno {
+	if e, ok := err.(syscall.Errno); ok {
+		return e
+	}
+	return errno(err)
+}
+
+func objectFor(key string, a attrs) store.Object {
+	return store.Object{Key: key, Size: a.size, ETag: a.etag, LastModified: a.mtime, Metadata: a.metadata()}
+}

@@ -1,0 +1,208 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// FS is one mounted bucket or prefix.
+type FS struct {
+	store     store.Store
+	opts      Options
+	mountTime time.Time
+	root      *dirNode
+
+	// memory bounds bytes in upload parts and readahead chunks.
+	memory *semaphore.Weighted
+	// staged counts bytes in local staging files, bounded by StagingLimit.
+	staged atomic.Int64
+
+	bufOnce sync.Once
+	bufs    *buffers
+
+	stats Stats
+}
+
+// Stats are the filesystem's counters, exported as metrics.
+type Stats struct {
+	HiddenKeys      atomic.Int64 // keys that cannot be file names
+	UploadErrors    atomic.Int64 // failed uploads reported to writers
+	BytesRead       atomic.Int64
+	BytesWritten    atomic.Int64
+	Uploads         atomic.Int64
+	PanicsRecovered atomic.Int64
+}
+
+// New returns a filesystem over st. Mount it with Mount or serve its Root
+// with go-fuse directly.
+func New(st store.Store, opts Options) (*FS, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
+	f.root = &dirNode{fsys: f}
+	f.root.attr = attrs{mode: syscall.S_IFDIR | uint32(opts.DirMode), uid: opts.UID, gid: opts.GID, mtime: f.mountTime}
+	f.root.hasMarker = true // the root never needs a marker to exist
+	return f, nil
+}
+
+// Root is the root directory node, for fs.Mount or fs.NewNodeFS.
+func (f *FS) Root() fs.InodeEmbedder { return f.root }
+
+// Stats returns the live counters.
+func (f *FS) Stats() *Stats { return &f.stats }
+
+// MountOptions are the go-fuse options objfuse mounts with. fsName is the
+// source shown in mountinfo ("objfuse:bucket/prefix").
+func (f *FS) MountOptions(fsName string) *fs.Options {
+	ttl := f.opts.StatTTL
+	negative := f.opts.ListTTL
+	return &fs.Options{
+		EntryTimeout:    &ttl,
+		AttrTimeout:     &ttl,
+		NegativeTimeout: &negative,
+		MountOptions: fuse.MountOptions{
+			FsName:        fsName,
+			Name:          "objfuse",
+			AllowOther:    true,
+			MaxWrite:      1 << 20,
+			MaxReadAhead:  1 << 20,
+			MaxBackground: 64,
+			// Large directories are listed once; readdirplus fills the
+			// kernel's attribute cache from that listing.
+			DisableXAttrs:     true,
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			PanicHandler: func(p any) fuse.Status {
+				f.stats.PanicsRecovered.Add(1)
+				f.opts.Logger.Error("panic in FUSE handler; returning EIO", "panic", fmt.Sprint(p))
+				return fuse.EIO
+			},
+		},
+	}
+}
+
+// Mount mounts the filesystem at mountpoint (a directory, or /dev/fd/N for
+// a FUSE handle opened by someone else) and returns the serving server.
+func (f *FS) Mount(mountpoint, fsName string, directMount bool) (*fuse.Server, error) {
+	o := f.MountOptions(fsName)
+	o.DirectMount = directMount
+	o.DirectMountStrict = directMount
+	if f.opts.ReadOnly {
+		o.Options = append(o.Options, "ro")
+	}
+	srv, err := fs.Mount(mountpoint, f.Root(), o)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s at %s: %w", fsName, mountpoint, err)
+	}
+	return srv, nil
+}
+
+// Flush uploads every file with pending writes. Called before unmount.
+func (f *FS) Flush(ctx context.Context) error {
+	var errs []error
+	walkFiles(&f.root.Inode, func(n *fileNode) {
+		if err := n.sync(ctx); err != 0 {
+			errs = append(errs, fmt.Errorf("flush %s: %w", n.key(), err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func walkFiles(in *fs.Inode, fn func(*fileNode)) {
+	for _, ch := range in.Children() {
+		switch n := ch.Operations().(type) {
+		case *fileNode:
+			fn(n)
+		case *dirNode:
+			walkFiles(ch, fn)
+		}
+	}
+}
+
+// keyOf is the object key of the node at path p below the root.
+func (f *FS) keyOf(in *fs.Inode) string {
+	p := in.Path(&f.root.Inode)
+	if p == "" {
+		return f.opts.Prefix
+	}
+	return f.opts.Prefix + p
+}
+
+// resolved is what a name turned out to be in the store.
+type resolved struct {
+	isDir bool
+	obj   store.Object // the file, or the directory's marker (Key empty if none)
+}
+
+// resolve finds out what key is: a directory (a marker "key/" or any key
+// below "key/"), a file or symlink (an object "key"), or nothing. It asks
+// both questions at once so that a stat costs one round trip. When both
+// a file and a directory exist under one name, the directory wins and
+// the file is hidden: it holds more, and a name can only be one thing.
+func (f *FS) resolve(ctx context.Context, key string) (resolved, error) {
+	var (
+		wg      sync.WaitGroup
+		head    store.Object
+		headErr error
+		first   store.Entry
+		found   bool
+		listErr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		head, headErr = f.store.Head(ctx, key)
+	}()
+	for e, err := range f.store.List(ctx, key+"/", "", false) {
+		first, found, listErr = e, err == nil, err
+		break
+	}
+	wg.Wait()
+	if listErr != nil {
+		return resolved{}, listErr
+	}
+	if found {
+		r := resolved{isDir: true}
+		if !first.IsPrefix() && first.Key == key+"/" {
+			r.obj = first.Object
+			if r.obj.Metadata == nil {
+				// A listing without metadata: read the marker's own.
+				if o, err := f.store.Head(ctx, key+"/"); err == nil {
+					r.obj = o
+				}
+			}
+		}
+		if headErr == nil {
+			f.stats.HiddenKeys.Add(1)
+		}
+		return r, nil
+	}
+	if headErr != nil {
+		return resolved{}, headErr
+	}
+	return resolved{obj: head}, nil
+}
+
+func errno(err error) syscall.Errno { return store.Errno(err) }
+
+// parentKey is the key of the directory holding key ("" for the top).
+func parentKey(key string) string {
+	d := path.Dir(key)
+	if d == "." {
+		return ""
+	}
+	return d + "/"
+}

@@ -1,0 +1,135 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// handle is one open file description.
+type handle struct {
+	node     *fileNode
+	writable bool
+	r        reader
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+)
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n := h.node
+	n.mu.Lock()
+	if n.stream != nil && off < n.stream.size {
+		// Reading back what is being streamed: switch to a local copy.
+		if err := n.toStaging(ctx); err != nil {
+			n.mu.Unlock()
+			return nil, toErrno(err)
+		}
+	}
+	if n.local() {
+		defer n.mu.Unlock()
+		size := n.size()
+		if off >= size {
+			return fuse.ReadResultData(nil), 0
+		}
+		dest = dest[:min(int64(len(dest)), size-off)]
+		if n.stream != nil {
+			return fuse.ReadResultData(nil), 0
+		}
+		k, err := n.staging.ReadAt(dest, off)
+		if err != nil {
+			return nil, syscall.EIO
+		}
+		return fuse.ReadResultData(dest[:k]), 0
+	}
+	key, size, etag := n.key(), n.attr.size, n.attr.etag
+	n.mu.Unlock()
+	k, err := h.r.read(ctx, key, etag, size, dest, off)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	n.fsys.stats.BytesRead.Add(int64(k))
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n := h.node
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.err != nil {
+		return 0, syscall.EIO
+	}
+	if !n.local() {
+		if n.attr.size == 0 && off == 0 {
+			n.startEmptyLocked()
+		} else if err := n.toStaging(ctx); err != nil {
+			return 0, toErrno(err)
+		}
+	}
+	if n.stream != nil && off != n.stream.size {
+		if err := n.toStaging(ctx); err != nil {
+			return 0, toErrno(err)
+		}
+	}
+	if n.stream != nil {
+		err := n.stream.write(ctx, data, n.attr.metadata())
+		if errors.Is(err, errNoMemory) {
+			if err = n.toStaging(ctx); err == nil {
+				err = n.staging.WriteAt(data, off)
+			}
+		}
+		if err != nil {
+			return 0, n.writeFailed(err)
+		}
+	} else {
+		if err := n.staging.WriteAt(data, off); err != nil {
+			return 0, n.writeFailed(err)
+		}
+		n.attr.size = max(n.attr.size, off+int64(len(data)))
+	}
+	n.dirty = true
+	n.cachedETag = ""
+	n.fsys.stats.BytesWritten.Add(int64(len(data)))
+	return uint32(len(data)), 0
+}
+
+// writeFailed records a failure that loses written data, so that close and
+// fsync report it too.
+func (n *fileNode) writeFailed(err error) syscall.Errno {
+	if e, ok := err.(syscall.Errno); ok && e == syscall.ENOSPC {
+		return e
+	}
+	if n.err == nil && (errors.Is(err, store.ErrUnavailable) || n.stream != nil) {
+		n.err = err
+	}
+	n.fsys.opts.Logger.Error("write failed", "key", n.key(), "err", err)
+	return syscall.EIO
+}
+
+// Flush runs on every close(2): the object is complete when close returns.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.writable {
+		return 0
+	}
+	return h.node.sync(ctx)
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.node.sync(ctx)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.r.close()
+	h.node.release(h.writable)
+	return 0
+}

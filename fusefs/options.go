@@ -1,0 +1,119 @@
+// Package fusefs is objfuse's filesystem: an S3 bucket (or a prefix of one)
+// served through FUSE with go-fuse's fs package. Keys map to paths, common
+// prefixes and "dir/" marker objects to directories, and file attributes
+// live in object metadata under the names s3fs uses, so a bucket written
+// by either tool looks the same through both.
+package fusefs
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+)
+
+// Options tune a mounted filesystem. The zero value of every field means
+// "the default"; WithDefaults fills them in.
+type Options struct {
+	// Prefix is the key prefix the mount's root shows ("" or "a/b/").
+	Prefix string
+	// UID and GID own objects that carry no owner metadata.
+	UID, GID uint32
+	// FileMode and DirMode are the permissions of objects without mode
+	// metadata (defaults 0644 and 0755).
+	FileMode, DirMode os.FileMode
+	ReadOnly          bool
+	// StatTTL is how long attributes and names are trusted, both by the
+	// kernel and by our own caches. ListTTL is how long a directory
+	// listing answers lookups (including "no such file").
+	StatTTL, ListTTL time.Duration
+	// PartSize is the multipart part size of streaming uploads and the
+	// largest readahead chunk. Concurrency bounds parallel parts per file
+	// and readahead chunks per reader.
+	PartSize    int
+	Concurrency int
+	// MemoryLimit bounds the bytes held in upload parts and readahead
+	// chunks across the whole mount.
+	MemoryLimit int64
+	// StagingDir holds local copies of files being randomly written;
+	// StagingLimit bounds their total size (ENOSPC beyond it).
+	StagingDir   string
+	StagingLimit int64
+	// MaxRenameObjects bounds a directory rename; beyond it rename returns
+	// EXDEV so that mv falls back to copy and delete.
+	MaxRenameObjects int
+	Logger           *slog.Logger
+}
+
+// WithDefaults returns o with every unset field set to its default.
+func (o Options) WithDefaults() Options {
+	if o.FileMode == 0 {
+		o.FileMode = 0o644
+	}
+	if o.DirMode == 0 {
+		o.DirMode = 0o755
+	}
+	if o.StatTTL == 0 {
+		o.StatTTL = time.Second
+	}
+	if o.ListTTL == 0 {
+		o.ListTTL = time.Second
+	}
+	if o.PartSize == 0 {
+		o.PartSize = 8 << 20
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 4
+	}
+	if o.MemoryLimit == 0 {
+		o.MemoryLimit = 64 << 20
+	}
+	if o.StagingDir == "" {
+		o.StagingDir = os.TempDir()
+	}
+	if o.StagingLimit == 0 {
+		o.StagingLimit = 10 << 30
+	}
+	if o.MaxRenameObjects == 0 {
+		o.MaxRenameObjects = 10000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Prefix != "" && !strings.HasSuffix(o.Prefix, "/") {
+		o.Prefix += "/"
+	}
+	return o
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	if o.PartSize < 5<<20 {
+		return fmt.Errorf("part size %d is below S3's 5 MiB minimum", o.PartSize)
+	}
+	if o.PartSize > 5<<30 {
+		return fmt.Errorf("part size %d is above S3's 5 GiB maximum", o.PartSize)
+	}
+	if o.Concurrency < 1 || o.Concurrency > 64 {
+		return fmt.Errorf("concurrency %d is outside 1..64", o.Concurrency)
+	}
+	if o.MemoryLimit < int64(2*o.PartSize) {
+		return fmt.Errorf("memory limit %d must hold at least two parts of %d bytes", o.MemoryLimit, o.PartSize)
+	}
+	if o.FileMode&^os.ModePerm != 0 || o.DirMode&^os.ModePerm != 0 {
+		return fmt.Errorf("file and dir modes must be permission bits only")
+	}
+	if o.StatTTL < 0 || o.ListTTL < 0 {
+		return fmt.Errorf("cache TTLs must not be negative")
+	}
+	if strings.HasPrefix(o.Prefix, "/") || strings.Contains(o.Prefix, "//") {
+		return fmt.Errorf("prefix %q must be relative with no empty segments", o.Prefix)
+	}
+	for _, seg := range strings.Split(strings.TrimSuffix(o.Prefix, "/"), "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("prefix %q must not contain . or .. segments", o.Prefix)
+		}
+	}
+	return nil
+}

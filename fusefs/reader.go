@@ -1,0 +1,175 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// minChunk is the first readahead chunk; chunks double up to PartSize as
+// a sequential read goes on, so short reads stay cheap and long ones fast.
+const minChunk = 1 << 20
+
+// reader serves one handle's reads of a clean object: small random reads
+// become ranged GETs of just what was asked; once reads are sequential it
+// keeps up to Concurrency chunks in flight ahead of the reader.
+type reader struct {
+	fsys *FS
+
+	mu        sync.Mutex
+	next      int64 // where a sequential read would continue
+	streak    int   // sequential reads in a row
+	chunkSize int
+	etag      string
+	chunks    []*chunk // ascending and contiguous
+}
+
+type chunk struct {
+	off    int64
+	n      int
+	buf    *[]byte
+	err    error
+	done   chan struct{}
+	cancel context.CancelFunc
+}
+
+func (c *chunk) end() int64 { return c.off + int64(c.n) }
+
+// read fills dest from key at off, never past size. It returns the bytes read.
+func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []byte, off int64) (int, error) {
+	if off >= size {
+		return 0, nil
+	}
+	want := int(min(int64(len(dest)), size-off))
+	dest = dest[:want]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if etag != r.etag {
+		r.dropAll() // the object changed: prefetched data is stale
+		r.etag = etag
+	}
+	sequential := off == r.next || (len(r.chunks) > 0 && off >= r.chunks[0].off && off < r.chunks[len(r.chunks)-1].end())
+	r.next = off + int64(want)
+	if !sequential {
+		r.streak = 0
+		r.dropAll()
+		return r.direct(ctx, key, dest, off)
+	}
+	r.streak++
+	if r.streak < 2 {
+		return r.direct(ctx, key, dest, off)
+	}
+	r.dropBefore(off)
+	r.fill(key, size, off)
+	if len(r.chunks) == 0 {
+		return r.direct(ctx, key, dest, off) // no memory for readahead now
+	}
+	got := 0
+	for _, c := range r.chunks {
+		if got == want {
+			break
+		}
+		pos := off + int64(got)
+		if pos < c.off || pos >= c.end() {
+			continue
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		if c.err != nil {
+			err := c.err
+			r.dropAll()
+			return 0, err
+		}
+		got += copy(dest[got:], (*c.buf)[pos-c.off:c.n])
+	}
+	if got < want {
+		k, err := r.direct(ctx, key, dest[got:], off+int64(got))
+		return got + k, err
+	}
+	return got, nil
+}
+
+// fill starts chunks until Concurrency are in flight ahead of off.
+func (r *reader) fill(key string, size, off int64) {
+	if r.chunkSize == 0 {
+		r.chunkSize = minChunk
+	}
+	for len(r.chunks) < r.fsys.opts.Concurrency {
+		start := off
+		if len(r.chunks) > 0 {
+			start = r.chunks[len(r.chunks)-1].end()
+		}
+		if start >= size {
+			return
+		}
+		buf := r.fsys.partBuffers().tryGet()
+		if buf == nil {
+			return
+		}
+		n := int(min(int64(r.chunkSize), size-start))
+		r.chunkSize = min(2*r.chunkSize, r.fsys.opts.PartSize)
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &chunk{off: start, n: n, buf: buf, done: make(chan struct{}), cancel: cancel}
+		r.chunks = append(r.chunks, c)
+		go func() {
+			defer close(c.done)
+			c.err = r.fsys.getInto(ctx, key, (*buf)[:n], start)
+		}()
+	}
+}
+
+func (r *reader) dropBefore(off int64) {
+	i := 0
+	for i < len(r.chunks) && r.chunks[i].end() <= off {
+		r.free(r.chunks[i])
+		i++
+	}
+	r.chunks = r.chunks[i:]
+}
+
+func (r *reader) dropAll() {
+	for _, c := range r.chunks {
+		r.free(c)
+	}
+	r.chunks = nil
+	r.chunkSize = 0
+}
+
+// free returns a chunk's buffer once its GET has stopped using it.
+func (r *reader) free(c *chunk) {
+	c.cancel()
+	go func() {
+		<-c.done
+		r.fsys.partBuffers().put(c.buf)
+	}()
+}
+
+func (r *reader) close() {
+	r.mu.Lock()
+	r.dropAll()
+	r.mu.Unlock()
+}
+
+func (r *reader) direct(ctx context.Context, key string, dest []byte, off int64) (int, error) {
+	if err := r.fsys.getInto(ctx, key, dest, off); err != nil {
+		return 0, err
+	}
+	return len(dest), nil
+}
+
+// getInto reads exactly len(dest) bytes of key at off.
+func (f *FS) getInto(ctx context.Context, key string, dest []byte, off int64) error {
+	body, err := f.store.Get(ctx, key, off, int64(len(dest)))
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	if _, err := io.ReadFull(body, dest); err != nil {
+		return fmt.Errorf("read %q at %d: %w", key, off, err)
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// renameNoReplace and renameExchange are rename2(2) flags.
+const (
+	renameNoReplace = 1
+	renameExchange  = 2
+)
+
+// Rename moves a file with a server-side copy and a delete, and a
+// directory by moving every object under it the same way. S3 has no
+// atomic rename: a crash midway can leave both copies, never neither.
+func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if flags&renameExchange != 0 {
+		return syscall.EINVAL
+	}
+	dst, ok := newParent.(*dirNode)
+	if !ok || !validName(newName) {
+		return syscall.EINVAL
+	}
+	srcKey, dstKey := n.key()+name, dst.key()+newName
+	src, err := n.kindOf(ctx, name)
+	if err != nil {
+		return errno(err)
+	}
+	target, terr := dst.kindOf(ctx, newName)
+	switch {
+	case terr != nil && !errors.Is(terr, store.ErrNotExist):
+		return errno(terr)
+	case terr == nil && flags&renameNoReplace != 0:
+		return syscall.EEXIST
+	case terr == nil && src.isDir && !target.isDir:
+		return syscall.ENOTDIR
+	case terr == nil && !src.isDir && target.isDir:
+		return syscall.EISDIR
+	case terr == nil && src.isDir:
+		if empty, err := n.fsys.isEmptyDir(ctx, dstKey+"/"); err != nil {
+			return errno(err)
+		} else if !empty {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if err := n.keepAlive(ctx); err != nil {
+		return errno(err)
+	}
+	if src.isDir {
+		if errno := n.renameDir(ctx, name, srcKey+"/", dstKey+"/"); errno != 0 {
+			return errno
+		}
+		dst.noteChild(newName, &dirEntry{name: newName, isDir: true})
+	} else {
+		if ch := n.GetChild(name); ch != nil {
+			if f, ok := ch.Operations().(*fileNode); ok {
+				if errno := f.sync(ctx); errno != 0 {
+					return errno
+				}
+			}
+		}
+		o, err := n.fsys.store.Copy(ctx, srcKey, dstKey, nil)
+		if err != nil {
+			return errno(err)
+		}
+		if err := n.fsys.store.Delete(ctx, srcKey); err != nil {
+			return errno(err)
+		}
+		dst.forgetChildAttrs(newName, o)
+	}
+	n.noteChild(name, nil)
+	return 0
+}
+
+// forgetChildAttrs records a renamed-in file; its metadata comes from the
+// copy's source, which the listing may not show, so a lookup will HEAD.
+func (n *dirNode) forgetChildAttrs(name string, o store.Object) {
+	o.Metadata = nil
+	n.noteChild(name, &dirEntry{name: name, obj: o})
+}
+
+// kindOf says whether name in n is a directory, without creating an inode.
+func (n *dirNode) kindOf(ctx context.Context, name string) (resolved, error) {
+	if ch := n.GetChild(name); ch != nil {
+		if _, ok := ch.Operations().(*fileNode); ok && ch.Operations().(*fileNode).isLocal() {
+			return resolved{}, nil
+		}
+	}
+	return n.fsys.resolve(ctx, n.key()+name)
+}
+
+// isEmptyDir reports whether nothing but a marker lies under prefix.
+func (f *FS) isEmptyDir(ctx context.Context, prefix string) (bool, error) {
+	for e, err := range f.store.List(ctx, prefix, "", false) {
+		if err != nil {
+			return false, err
+		}
+		if e.IsPrefix() || e.Key != prefix {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// renameDir moves every object under srcPrefix to dstPrefix: all copies
+// first, then all deletes, so that a failure leaves the source whole.
+func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix string) syscall.Errno {
+	if ch := n.GetChild(name); ch != nil {
+		var failed syscall.Errno
+		walkFiles(ch, func(f *fileNode) {
+			if e := f.sync(ctx); e != 0 {
+				failed = e
+			}
+		})
+		if failed != 0 {
+			return failed
+		}
+	}
+	var keys []string
+	hasMarker := false
+	for e, err := range n.fsys.store.List(ctx, srcPrefix, "", true) {
+		if err != nil {
+			return errno(err)
+		}
+		if len(keys) >= n.fsys.opts.MaxRenameObjects {
+			// Too big to move here; mv falls back to copy and delete.
+			return syscall.EXDEV
+		}
+		keys = append(keys, e.Key)
+		hasMarker = hasMarker || e.Key == srcPrefix
+	}
+	if !hasMarker {
+		// The directory must exist at its new name even if it was implicit.
+		n.mu.Lock()
+		a := n.attr
+		n.mu.Unlock()
+		a.mode = syscall.S_IFDIR | uint32(n.fsys.opts.DirMode)
+		if ch := n.GetChild(name); ch != nil {
+			if d, ok := ch.Operations().(*dirNode); ok {
+				d.mu.Lock()
+				a = d.attr
+				d.mu.Unlock()
+			}
+		}
+		if _, err := n.fsys.store.Put(ctx, dstPrefix, strings.NewReader(""), 0, a.metadata()); err != nil {
+			return errno(err)
+		}
+	}
+	copyOne := func(k string) error {
+		_, err := n.fsys.store.Copy(ctx, k, dstPrefix+strings.TrimPrefix(k, srcPrefix), nil)
+		return err
+	}
+	if err := n.fsys.parallel(keys, copyOne); err != nil {
+		return errno(err)
+	}
+	if err := n.fsys.parallel(keys, func(k string) error { return n.fsys.store.Delete(ctx, k) }); err != nil {
+		return errno(err)
+	}
+	if ch := n.GetChild(name); ch != nil {
+		if d, ok := ch.Operations().(*dirNode); ok {
+			d.mu.Lock()
+			d.hasMarker = true
+			d.mu.Unlock()
+			d.forgetTree()
+		}
+	}
+	return 0
+}
+
+// forgetTree drops cached listings below a moved directory.
+func (n *dirNode) forgetTree() {
+	n.forget()
+	for _, ch := range n.Children() {
+		if d, ok := ch.Operations().(*dirNode); ok {
+			d.forgetTree()
+		}
+	}
+}
+
+// parallel runs fn on every key with up to 4×Concurrency at once and
+// returns the first error.
+func (f *FS) parallel(keys []string, fn func(string) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	work := make(chan string)
+	for range min(len(keys), 4*f.opts.Concurrency) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				if err := fn(k); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	return first
+}

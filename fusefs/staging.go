@@ -1,0 +1,103 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// stagingFile is a local copy of a whole file, used where S3 cannot take
+// the writes as they come: random writes, overwrites, appends, truncates.
+// The file is unlinked as soon as it is created, so a crash leaves no
+// litter; its size counts against the mount's staging limit.
+type stagingFile struct {
+	fsys     *FS
+	f        *os.File
+	reserved int64
+}
+
+func (f *FS) newStaging() (*stagingFile, error) {
+	if err := os.MkdirAll(f.opts.StagingDir, 0o700); err != nil {
+		return nil, fmt.Errorf("staging dir: %w", err)
+	}
+	file, err := os.CreateTemp(f.opts.StagingDir, "objfuse-staging-*")
+	if err != nil {
+		return nil, fmt.Errorf("staging file: %w", err)
+	}
+	os.Remove(file.Name())
+	return &stagingFile{fsys: f, f: file}, nil
+}
+
+// reserve accounts for the file growing to size.
+func (s *stagingFile) reserve(size int64) error {
+	if size <= s.reserved {
+		return nil
+	}
+	delta := size - s.reserved
+	if s.fsys.staged.Add(delta) > s.fsys.opts.StagingLimit {
+		s.fsys.staged.Add(-delta)
+		return syscall.ENOSPC
+	}
+	s.reserved = size
+	return nil
+}
+
+func (s *stagingFile) WriteAt(p []byte, off int64) error {
+	if err := s.reserve(off + int64(len(p))); err != nil {
+		return err
+	}
+	_, err := s.f.WriteAt(p, off)
+	return err
+}
+
+func (s *stagingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := s.f.ReadAt(p, off)
+	if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
+func (s *stagingFile) Truncate(size int64) error {
+	if err := s.reserve(size); err != nil {
+		return err
+	}
+	return s.f.Truncate(size)
+}
+
+func (s *stagingFile) Close() {
+	s.f.Close()
+	s.fsys.staged.Add(-s.reserved)
+	s.reserved = 0
+}
+
+// loadStaging copies size bytes of key into a new staging file.
+func (f *FS) loadStaging(ctx context.Context, key string, size int64) (*stagingFile, error) {
+	s, err := f.newStaging()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.reserve(size); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if size > 0 {
+		body, err := f.store.Get(ctx, key, 0, size)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		defer body.Close()
+		n, err := io.Copy(s.f, body)
+		if err == nil && n != size {
+			err = fmt.Errorf("read %d of %d bytes of %q: %w", n, size, key, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}

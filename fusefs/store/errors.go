@@ -1,0 +1,34 @@
+package store
+
+import (
+	"errors"
+	"syscall"
+)
+
+// Errors every Store maps its failures onto, so that the filesystem can
+// turn them into errno values deliberately instead of guessing.
+var (
+	ErrNotExist    = errors.New("object does not exist")
+	ErrNoBucket    = errors.New("bucket does not exist")
+	ErrAccess      = errors.New("access denied")
+	ErrUnavailable = errors.New("object store unavailable")
+	ErrInvalid     = errors.New("invalid request")
+)
+
+// Errno maps a Store error to the errno the filesystem returns for it.
+// Anything unrecognised is EIO: an unknown failure must never look like
+// success or like a missing file.
+func Errno(err error) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, ErrAccess):
+		return syscall.EACCES
+	case errors.Is(err, ErrInvalid):
+		return syscall.EINVAL
+	default:
+		return syscall.EIO
+	}
+}

@@ -1,0 +1,248 @@
+// Package memstore is an in-memory store.Store for tests. It behaves like
+// S3 where the filesystem can tell the difference: listings are sorted and
+// delimited, multipart parts only become visible on Complete, and copies
+// keep or replace metadata.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"iter"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+type object struct {
+	data []byte
+	info store.Object
+}
+
+// Store is a concurrency-safe in-memory bucket.
+type Store struct {
+	mu      sync.Mutex
+	objects map[string]*object
+	// FailWith, when set, is consulted before every operation; a non-nil
+	// result fails the operation. Tests use it to inject faults.
+	FailWith func(op, key string) error
+}
+
+// New returns an empty store.
+func New() *Store { return &Store{objects: map[string]*object{}} }
+
+func (s *Store) fail(op, key string) error {
+	if f := s.FailWith; f != nil {
+		return f(op, key)
+	}
+	return nil
+}
+
+func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
+	if err := s.fail("head", key); err != nil {
+		return store.Object{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objects[key]
+	if !ok {
+		return store.Object{}, fmt.Errorf("head %q: %w", key, store.ErrNotExist)
+	}
+	return cloneInfo(o.info), nil
+}
+
+func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	if err := s.fail("get", key); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objects[key]
+	if !ok {
+		return nil, fmt.Errorf("get %q: %w", key, store.ErrNotExist)
+	}
+	size := int64(len(o.data))
+	if off > size || off < 0 {
+		return nil, fmt.Errorf("get %q at %d of %d: %w", key, off, size, store.ErrInvalid)
+	}
+	end := size
+	if length >= 0 && off+length < size {
+		end = off + length
+	}
+	// Objects are immutable once stored, so sharing the slice is safe.
+	return io.NopCloser(bytes.NewReader(o.data[off:end])), nil
+}
+
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	if err := s.fail("put", key); err != nil {
+		return store.Object{}, err
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	if size >= 0 && int64(len(data)) != size {
+		return store.Object{}, fmt.Errorf("put %q: read %d bytes, want %d: %w", key, len(data), size, store.ErrInvalid)
+	}
+	return s.store(key, data, meta), nil
+}
+
+func (s *Store) store(key string, data []byte, meta map[string]string) store.Object {
+	sum := md5.Sum(data)
+	o := &object{data: data, info: store.Object{
+		Key: key, Size: int64(len(data)), ETag: hex.EncodeToString(sum[:]),
+		LastModified: time.Now(), Metadata: maps.Clone(meta),
+	}}
+	if o.info.Metadata == nil {
+		o.info.Metadata = map[string]string{}
+	}
+	s.mu.Lock()
+	s.objects[key] = o
+	s.mu.Unlock()
+	return cloneInfo(o.info)
+}
+
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.fail("delete", key); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.objects, key)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) Copy(ctx context.Context, src, dst string, meta map[string]string) (store.Object, error) {
+	if err := s.fail("copy", src); err != nil {
+		return store.Object{}, err
+	}
+	s.mu.Lock()
+	o, ok := s.objects[src]
+	s.mu.Unlock()
+	if !ok {
+		return store.Object{}, fmt.Errorf("copy %q: %w", src, store.ErrNotExist)
+	}
+	if meta == nil {
+		meta = o.info.Metadata
+	}
+	return s.store(dst, o.data, meta), nil
+}
+
+func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	return func(yield func(store.Entry, error) bool) {
+		if err := s.fail("list", prefix); err != nil {
+			yield(store.Entry{}, err)
+			return
+		}
+		s.mu.Lock()
+		var entries []store.Entry
+		seen := map[string]bool{}
+		for key, o := range s.objects {
+			if !strings.HasPrefix(key, prefix) {
+				continue
+			}
+			if !recursive {
+				if i := strings.IndexByte(key[len(prefix):], '/'); i >= 0 {
+					p := key[:len(prefix)+i+1]
+					if !seen[p] {
+						seen[p] = true
+						entries = append(entries, store.Entry{Prefix: p})
+					}
+					continue
+				}
+			}
+			entries = append(entries, store.Entry{Object: cloneInfo(o.info)})
+		}
+		s.mu.Unlock()
+		slices.SortFunc(entries, func(a, b store.Entry) int { return strings.Compare(a.Name(), b.Name()) })
+		for _, e := range entries {
+			if e.Name() <= startAfter {
+				continue
+			}
+			if ctx.Err() != nil {
+				yield(store.Entry{}, ctx.Err())
+				return
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]string) (store.Upload, error) {
+	if err := s.fail("newupload", key); err != nil {
+		return nil, err
+	}
+	return &upload{s: s, key: key, meta: maps.Clone(meta), parts: map[int][]byte{}}, nil
+}
+
+// Keys returns every key in the store, sorted. For tests.
+func (s *Store) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.objects))
+}
+
+type upload struct {
+	s     *Store
+	key   string
+	meta  map[string]string
+	mu    sync.Mutex
+	parts map[int][]byte
+	done  bool
+}
+
+func (u *upload) PutPart(ctx context.Context, number int, data []byte) error {
+	if err := u.s.fail("putpart", u.key); err != nil {
+		return err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return fmt.Errorf("put part %d of %q: upload finished: %w", number, u.key, store.ErrInvalid)
+	}
+	u.parts[number] = bytes.Clone(data)
+	return nil
+}
+
+func (u *upload) Complete(ctx context.Context) (store.Object, error) {
+	if err := u.s.fail("complete", u.key); err != nil {
+		return store.Object{}, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	nums := slices.Sorted(maps.Keys(u.parts))
+	var data []byte
+	for i, n := range nums {
+		if n != i+1 {
+			return store.Object{}, fmt.Errorf("complete %q: part %d missing: %w", u.key, i+1, store.ErrInvalid)
+		}
+		if i < len(nums)-1 && len(u.parts[n]) < store.MinPartSize {
+			return store.Object{}, fmt.Errorf("complete %q: part %d is %d bytes: %w", u.key, n, len(u.parts[n]), store.ErrInvalid)
+		}
+		data = append(data, u.parts[n]...)
+	}
+	u.done = true
+	return u.s.store(u.key, data, u.meta), nil
+}
+
+func (u *upload) Abort(ctx context.Context) error {
+	u.mu.Lock()
+	u.done = true
+	u.parts = nil
+	u.mu.Unlock()
+	return nil
+}
+
+func cloneInfo(o store.Object) store.Object {
+	o.Metadata = maps.Clone(o.Metadata)
+	return o
+}

@@ -1,0 +1,146 @@
+// Package s3store implements store.Store on any S3 API with minio-go.
+package s3store
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Config says where a bucket lives and how to reach it.
+type Config struct {
+	// Endpoint is a URL such as "https://s3.amazonaws.com" or
+	// "http://127.0.0.1:9000". A bare host[:port] means https.
+	Endpoint string
+	Region   string
+	// PathStyle forces path-style requests (http://host/bucket/key), which
+	// MinIO and most self-hosted servers want. Otherwise the style is
+	// chosen from the endpoint (virtual-host for AWS).
+	PathStyle bool
+	// CABundle is a PEM file of extra CAs to trust for TLS.
+	CABundle string
+	// CredentialsDir holds files named accessKeyID, secretAccessKey and
+	// optionally sessionToken (a Kubernetes Secret mounted as a volume).
+	// Empty means the standard AWS_* environment variables, and no
+	// credentials at all (anonymous) when those are unset too.
+	CredentialsDir string
+	// MaxRetries bounds minio-go's retries of a failed request; 0 keeps its default.
+	MaxRetries int
+	// PartSize is the multipart part size Put uses for large objects.
+	PartSize uint64
+	// Concurrency is how many parts Put uploads in parallel.
+	Concurrency uint
+}
+
+// NewClient builds a minio-go client for cfg.
+func NewClient(cfg Config) (*minio.Client, error) {
+	host, secure, err := ParseEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := transport(secure, cfg.CABundle)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := credentialsFor(cfg.CredentialsDir)
+	if err != nil {
+		return nil, err
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	c, err := minio.New(host, &minio.Options{
+		Creds:        creds,
+		Secure:       secure,
+		Transport:    tr,
+		Region:       cfg.Region,
+		BucketLookup: lookup,
+		MaxRetries:   cfg.MaxRetries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+	}
+	return c, nil
+}
+
+// ParseEndpoint splits an endpoint URL into host[:port] and whether it uses TLS.
+func ParseEndpoint(endpoint string) (host string, secure bool, err error) {
+	if endpoint == "" {
+		return "", false, fmt.Errorf("no S3 endpoint given")
+	}
+	if !strings.Contains(endpoint, "://") {
+		endpoint = "https://" + endpoint
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", false, fmt.Errorf("endpoint %q is not a URL: %w", endpoint, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", false, fmt.Errorf("endpoint %q: scheme must be http or https", endpoint)
+	}
+	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", false, fmt.Errorf("endpoint %q must be scheme://host[:port] with no path, query or user", endpoint)
+	}
+	return u.Host, u.Scheme == "https", nil
+}
+
+func transport(secure bool, caBundle string) (*http.Transport, error) {
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute,
+		ExpectContinueTimeout: time.Second,
+		// S3 bodies are already compressed or incompressible; letting Go add
+		// Accept-Encoding would break ranged reads' byte counts.
+		DisableCompression: true,
+		WriteBufferSize:    256 << 10,
+		ReadBufferSize:     256 << 10,
+	}
+	if secure {
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if caBundle != "" {
+			pem, err := os.ReadFile(caBundle)
+			if err != nil {
+				return nil, fmt.Errorf("read CA bundle: %w", err)
+			}
+			pool, err := x509.SystemCertPool()
+			if err != nil || pool == nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("CA bundle %s holds no PEM certificates", caBundle)
+			}
+			tr.TLSClientConfig.RootCAs = pool
+		}
+	}
+	return tr, nil
+}
+
+func credentialsFor(dir string) (*credentials.Credentials, error) {
+	if dir == "" {
+		return credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{}, &credentials.EnvMinio{},
+		}), nil
+	}
+	p := &fileProvider{dir: dir}
+	// Read once now so a missing or unreadable Secret fails at start-up
+	// with a clear message rather than as a signature error later.
+	if _, err := p.read(); err != nil {
+		return nil, err
+	}
+	return credentials.New(p), nil
+}

@@ -1,0 +1,283 @@
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// ContentTypeKey in a metadata map passed to Put or NewUpload sets the
+// object's Content-Type instead of a user metadata header.
+const ContentTypeKey = "content-type"
+
+// Store is a store.Store over one S3 bucket.
+type Store struct {
+	client *minio.Client
+	core   minio.Core
+	bucket string
+	cfg    Config
+}
+
+// New returns a Store for bucket. It makes no request; call Check to
+// verify that the endpoint, credentials and bucket are usable.
+func New(cfg Config, bucket string) (*Store, error) {
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithClient(c, bucket, cfg), nil
+}
+
+// NewWithClient wraps an existing client.
+func NewWithClient(c *minio.Client, bucket string, cfg Config) *Store {
+	if cfg.PartSize == 0 {
+		cfg.PartSize = 16 << 20
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg}
+}
+
+// Client is the underlying minio-go client.
+func (s *Store) Client() *minio.Client { return s.client }
+
+// Bucket is the bucket this store serves.
+func (s *Store) Bucket() string { return s.bucket }
+
+// Check verifies in one request that the endpoint answers, the credentials
+// are accepted and the bucket exists, and explains what is wrong if not.
+func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
+		cancel()
+		if info.Err != nil {
+			return s.explain(info.Err)
+		}
+	}
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return s.explain(err)
+	}
+	return nil
+}
+
+// explain turns a failed request into a message a user can act on.
+func (s *Store) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	ep := s.client.EndpointURL().String()
+	resp := minio.ToErrorResponse(err)
+	switch {
+	case resp.Code == "NoSuchBucket":
+		return fmt.Errorf("bucket %q does not exist at %s: %w", s.bucket, ep, store.ErrNoBucket)
+	case resp.Code == "InvalidAccessKeyId":
+		return fmt.Errorf("%s does not know the access key (InvalidAccessKeyId): check the credentials: %w", ep, store.ErrAccess)
+	case resp.Code == "SignatureDoesNotMatch":
+		return fmt.Errorf("%s rejected the secret key (SignatureDoesNotMatch): check the credentials: %w", ep, store.ErrAccess)
+	case resp.Code == "AccessDenied" || resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%s denied access to bucket %q (AccessDenied): check the credentials and bucket policy: %w", ep, s.bucket, store.ErrAccess)
+	case resp.Code != "" && resp.StatusCode != 0:
+		return fmt.Errorf("%s: bucket %q: %s (%s): %w", ep, s.bucket, resp.Message, resp.Code, mapErr(err))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("cannot reach S3 endpoint %s: no answer in time: %w", ep, store.ErrUnavailable)
+	}
+	return fmt.Errorf("cannot reach S3 endpoint %s: %v: %w", ep, err, store.ErrUnavailable)
+}
+
+// mapErr wraps err with the store error it stands for.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	resp := minio.ToErrorResponse(err)
+	var kind error
+	switch resp.Code {
+	case "NoSuchKey", "NoSuchUpload":
+		kind = store.ErrNotExist
+	case "NoSuchBucket":
+		kind = store.ErrNoBucket
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
+		kind = store.ErrAccess
+	case "InvalidRange", "InvalidArgument", "EntityTooSmall", "EntityTooLarge", "InvalidPart", "InvalidPartOrder", "KeyTooLongError", "XMinioInvalidObjectName", "XMinioObjectExistsAsDirectory":
+		kind = store.ErrInvalid
+	case "":
+		kind = store.ErrUnavailable
+	default:
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			kind = store.ErrNotExist
+		case resp.StatusCode == http.StatusForbidden:
+			kind = store.ErrAccess
+		default:
+			kind = store.ErrUnavailable
+		}
+	}
+	return fmt.Errorf("%w: %v", kind, err)
+}
+
+func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return store.Object{}, fmt.Errorf("head %q: %w", key, mapErr(err))
+	}
+	return object(info, info.UserMetadata), nil
+}
+
+func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	var opts minio.GetObjectOptions
+	switch {
+	case length == 0:
+		return io.NopCloser(strings.NewReader("")), nil
+	case length > 0:
+		if err := opts.SetRange(off, off+length-1); err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+	case off > 0:
+		if err := opts.SetRange(off, 0); err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+	}
+	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, mapErr(err))
+	}
+	return body, nil
+}
+
+func (s *Store) putOptions(meta map[string]string) minio.PutObjectOptions {
+	opts := minio.PutObjectOptions{
+		UserMetadata: map[string]string{},
+		PartSize:     s.cfg.PartSize,
+		NumThreads:   s.cfg.Concurrency,
+		// MD5 costs CPU and S3 verifies the payload signature anyway.
+		DisableContentSha256: false,
+	}
+	for k, v := range meta {
+		if k == ContentTypeKey {
+			opts.ContentType = v
+			continue
+		}
+		opts.UserMetadata[k] = v
+	}
+	return opts
+}
+
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	info, err := s.client.PutObject(ctx, s.bucket, key, r, size, s.putOptions(meta))
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
+	}
+	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
+}
+
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		if errors.Is(mapErr(err), store.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("delete %q: %w", key, mapErr(err))
+	}
+	return nil
+}
+
+// maxCopySize is the largest object a single CopyObject request may copy.
+const maxCopySize = 5 << 30
+
+func (s *Store) Copy(ctx context.Context, src, dst string, meta map[string]string) (store.Object, error) {
+	srcOpts := minio.CopySrcOptions{Bucket: s.bucket, Object: src}
+	dstOpts := minio.CopyDestOptions{Bucket: s.bucket, Object: dst}
+	if meta != nil {
+		dstOpts.ReplaceMetadata = true
+		dstOpts.UserMetadata = map[string]string{}
+		for k, v := range meta {
+			if k != ContentTypeKey {
+				dstOpts.UserMetadata[k] = v
+			}
+		}
+	}
+	info, err := s.client.CopyObject(ctx, dstOpts, srcOpts)
+	if err != nil && minio.ToErrorResponse(err).Code == "InvalidRequest" {
+		// Objects over 5 GiB need a multipart copy.
+		info, err = s.client.ComposeObject(ctx, dstOpts, srcOpts)
+	}
+	if err != nil {
+		return store.Object{}, fmt.Errorf("copy %q to %q: %w", src, dst, mapErr(err))
+	}
+	return store.Object{Key: dst, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
+}
+
+func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	return func(yield func(store.Entry, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ch := s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{
+			Prefix:       prefix,
+			StartAfter:   startAfter,
+			Recursive:    recursive,
+			WithMetadata: true, // a MinIO extension; other servers ignore it
+			MaxKeys:      1000,
+		})
+		// The channel's producer stops on cancel; drain it so it can exit.
+		defer func() {
+			cancel()
+			for range ch {
+			}
+		}()
+		for info := range ch {
+			if info.Err != nil {
+				yield(store.Entry{}, fmt.Errorf("list %q: %w", prefix, mapErr(info.Err)))
+				return
+			}
+			var e store.Entry
+			if strings.HasSuffix(info.Key, "/") && info.Size == 0 && info.ETag == "" && info.LastModified.IsZero() {
+				e.Prefix = info.Key
+			} else {
+				var meta map[string]string
+				if info.UserMetadataStripped != nil {
+					meta = info.UserMetadataStripped
+				}
+				e.Object = object(info, meta)
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
+func object(info minio.ObjectInfo, meta map[string]string) store.Object {
+	o := store.Object{Key: info.Key, Size: info.Size, ETag: strings.Trim(info.ETag, `"`), LastModified: info.LastModified}
+	if meta != nil {
+		o.Metadata = lower(meta)
+	}
+	return o
+}
+
+func lower(meta map[string]string) map[string]string {
+	if meta == nil {
+		return nil
+	}
+	out := make(map[string]string, len(meta))
+	for k, v := range meta {
+		k = strings.ToLower(k)
+		if k == ContentTypeKey {
+			continue
+		}
+		out[strings.TrimPrefix(k, "x-amz-meta-")] = v
+	}
+	return out
+}

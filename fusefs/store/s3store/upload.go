@@ -1,0 +1,62 @@
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+type upload struct {
+	s    *Store
+	key  string
+	id   string
+	meta map[string]string
+
+	mu    sync.Mutex
+	parts []minio.CompletePart
+}
+
+func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]string) (store.Upload, error) {
+	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, s.putOptions(meta))
+	if err != nil {
+		return nil, fmt.Errorf("start upload of %q: %w", key, mapErr(err))
+	}
+	return &upload{s: s, key: key, id: id, meta: meta}, nil
+}
+
+func (u *upload) PutPart(ctx context.Context, number int, data []byte) error {
+	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
+		bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+	if err != nil {
+		return fmt.Errorf("upload part %d of %q: %w", number, u.key, mapErr(err))
+	}
+	u.mu.Lock()
+	u.parts = append(u.parts, minio.CompletePart{PartNumber: number, ETag: p.ETag})
+	u.mu.Unlock()
+	return nil
+}
+
+func (u *upload) Complete(ctx context.Context) (store.Object, error) {
+	u.mu.Lock()
+	parts := slices.Clone(u.parts)
+	u.mu.Unlock()
+	slices.SortFunc(parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
+	info, err := u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
+	if err != nil {
+		return store.Object{}, fmt.Errorf("complete upload of %q: %w", u.key, mapErr(err))
+	}
+	return store.Object{Key: u.key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(u.meta)}, nil
+}
+
+func (u *upload) Abort(ctx context.Context) error {
+	if err := u.s.core.AbortMultipartUpload(ctx, u.s.bucket, u.key, u.id); err != nil {
+		return fmt.Errorf("abort upload of %q: %w", u.key, mapErr(err))
+	}
+	return nil
+}

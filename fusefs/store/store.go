@@ -1,0 +1,78 @@
+// Package store defines the small slice of an object store that the objfuse
+// filesystem needs. Keeping it small keeps the filesystem testable on an
+// in-memory store and lets the S3 implementation stay a thin adapter.
+package store
+
+import (
+	"context"
+	"io"
+	"iter"
+	"time"
+)
+
+// Object describes one stored object. Metadata holds user metadata with
+// lower-case keys and without the "x-amz-meta-" prefix ("mode", "uid", ...).
+// Metadata is nil when the source (a plain listing) did not include it.
+type Object struct {
+	Key          string
+	Size         int64
+	ETag         string
+	LastModified time.Time
+	Metadata     map[string]string
+}
+
+// Entry is one item of a listing: either an object or, for a delimited
+// listing, a common prefix (Prefix ends with "/", Object is zero).
+type Entry struct {
+	Object
+	Prefix string
+}
+
+// IsPrefix reports whether the entry is a common prefix (a "directory").
+func (e Entry) IsPrefix() bool { return e.Prefix != "" }
+
+// Store is a flat key/value object store scoped to one bucket.
+type Store interface {
+	// Head returns an object's attributes and metadata. ErrNotExist if absent.
+	Head(ctx context.Context, key string) (Object, error)
+	// Get returns a reader for length bytes starting at off; length < 0
+	// reads to the end. Errors from the first request are returned here,
+	// not on the first Read.
+	Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error)
+	// Put stores an object of known size in one request (or the
+	// implementation's own multipart upload for a large ReaderAt).
+	Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (Object, error)
+	// NewUpload starts a multipart upload; parts may be sent in parallel.
+	NewUpload(ctx context.Context, key string, meta map[string]string) (Upload, error)
+	// List yields the entries under prefix in key order. With a delimiter of
+	// "/" (recursive false) keys below the next "/" roll up into prefixes.
+	// startAfter skips entries up to and including that key.
+	List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[Entry, error]
+	// Delete removes an object; deleting an absent object is not an error.
+	Delete(ctx context.Context, key string) error
+	// Copy copies src to dst server-side. A nil meta keeps src's metadata;
+	// a non-nil meta replaces it.
+	Copy(ctx context.Context, src, dst string, meta map[string]string) (Object, error)
+}
+
+// Upload is an in-progress multipart upload. Part numbers start at 1 and
+// every part but the last must be at least MinPartSize bytes.
+type Upload interface {
+	PutPart(ctx context.Context, number int, data []byte) error
+	Complete(ctx context.Context) (Object, error)
+	Abort(ctx context.Context) error
+}
+
+// MinPartSize is S3's lower bound for every multipart part but the last.
+const MinPartSize = 5 << 20
+
+// MaxParts is S3's upper bound on the number of parts of one upload.
+const MaxParts = 10000
+
+// Name is the key or prefix the entry stands for.
+func (e Entry) Name() string {
+	if e.Prefix != "" {
+		return e.Prefix
+	}
+	return e.Key
+}

@@ -1,0 +1,219 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// smallFileLimit is how far a new file grows in an ordinary slice before
+// it takes a part-sized buffer from the pool: most files are small, and a
+// 4 KiB file must not pin 8 MiB.
+const smallFileLimit = 1 << 20
+
+// firstBufferWait bounds how long a new stream waits for memory before it
+// falls back to a staging file on disk.
+const firstBufferWait = 2 * time.Second
+
+// errNoMemory tells the caller to continue the file on disk instead.
+var errNoMemory = errors.New("no memory for another upload buffer")
+
+// stream uploads a file written sequentially from offset 0 as it is
+// written: parts of PartSize go up in parallel while the writer fills the
+// next one. Nothing becomes visible in the bucket until finish completes
+// the upload; abort leaves nothing behind.
+type stream struct {
+	fsys *FS
+	key  string
+
+	buf    []byte  // the part being filled
+	pooled *[]byte // buf's backing buffer when it came from the pool
+	size   int64   // bytes written so far
+	upload store.Upload
+	part   int
+
+	// inflight are parts being uploaded; each holds its buffer until done.
+	inflight []*partUpload
+	mu       sync.Mutex
+	err      error
+}
+
+type partUpload struct {
+	buf  *[]byte
+	done chan struct{}
+}
+
+func (f *FS) newStream(key string) *stream { return &stream{fsys: f, key: key} }
+
+func (s *stream) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// write appends p. It returns errNoMemory (with nothing written) when the
+// stream cannot get a buffer; the caller then moves the file to staging.
+func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	partSize := s.fsys.opts.PartSize
+	for len(p) > 0 {
+		if s.pooled == nil && len(s.buf)+len(p) > smallFileLimit {
+			b := s.fsys.partBuffers().get(ctx, firstBufferWait)
+			if b == nil {
+				if s.upload == nil {
+					return errNoMemory
+				}
+				// Reuse our own oldest part's buffer once it is sent.
+				b = s.reclaim()
+				if b == nil {
+					return s.failed()
+				}
+			}
+			s.pooled = b
+			s.buf = append((*b)[:0], s.buf...)
+		}
+		n := min(len(p), partSize-len(s.buf))
+		s.buf = append(s.buf, p[:n]...)
+		p = p[n:]
+		s.size += int64(n)
+		if len(s.buf) == partSize {
+			if err := s.sendPart(ctx, meta); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sendPart starts the upload of the filled buffer and gives the stream a
+// new one: from the pool if memory allows, else its own oldest part's
+// buffer once that part is sent. Per-file parallelism is Concurrency.
+func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
+	if s.upload == nil {
+		u, err := s.fsys.store.NewUpload(ctx, s.key, meta)
+		if err != nil {
+			return err
+		}
+		s.upload = u
+	}
+	s.part++
+	p := &partUpload{buf: s.pooled, done: make(chan struct{})}
+	data, number, upload := s.buf, s.part, s.upload
+	s.inflight = append(s.inflight, p)
+	s.buf, s.pooled = nil, nil
+	go func() {
+		defer close(p.done)
+		// Parts outlive the FUSE request that filled them.
+		if err := upload.PutPart(context.WithoutCancel(ctx), number, data); err != nil {
+			s.mu.Lock()
+			if s.err == nil {
+				s.err = err
+			}
+			s.mu.Unlock()
+		}
+	}()
+	var next *[]byte
+	if len(s.inflight) < s.fsys.opts.Concurrency {
+		next = s.fsys.partBuffers().tryGet()
+	}
+	if next == nil {
+		next = s.reclaim()
+		if next == nil {
+			return s.failed()
+		}
+	}
+	s.pooled, s.buf = next, (*next)[:0]
+	return nil
+}
+
+// reclaim waits for the oldest in-flight part and takes its buffer.
+func (s *stream) reclaim() *[]byte {
+	if len(s.inflight) == 0 {
+		return nil
+	}
+	p := s.inflight[0]
+	s.inflight = s.inflight[1:]
+	<-p.done
+	if s.failed() != nil {
+		s.fsys.partBuffers().put(p.buf)
+		return nil
+	}
+	return p.buf
+}
+
+// wait waits for every in-flight part and frees their buffers.
+func (s *stream) wait() error {
+	for _, p := range s.inflight {
+		<-p.done
+		s.fsys.partBuffers().put(p.buf)
+	}
+	s.inflight = nil
+	return s.failed()
+}
+
+// finish uploads what is left and makes the object visible.
+func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Object, error) {
+	defer s.release()
+	if s.upload == nil {
+		// Small enough for one request.
+		o, err := s.fsys.store.Put(ctx, s.key, bytes.NewReader(s.buf), int64(len(s.buf)), meta)
+		if err != nil {
+			return store.Object{}, err
+		}
+		o.Size = s.size
+		return o, nil
+	}
+	if len(s.buf) > 0 {
+		if err := s.sendPart(ctx, meta); err != nil {
+			s.abort()
+			return store.Object{}, err
+		}
+	}
+	if err := s.wait(); err != nil {
+		s.abort()
+		return store.Object{}, err
+	}
+	o, err := s.upload.Complete(ctx)
+	if err != nil {
+		s.abort()
+		return store.Object{}, err
+	}
+	o.Size = s.size
+	return o, nil
+}
+
+// abort cancels the upload; nothing of it remains in the bucket.
+func (s *stream) abort() {
+	s.wait()
+	if s.upload != nil {
+		// Abort must happen even if the request that failed was cancelled.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.upload.Abort(ctx); err != nil {
+			s.fsys.opts.Logger.Warn("abort multipart upload", "key", s.key, "err", err)
+		}
+		s.upload = nil
+	}
+	s.release()
+}
+
+func (s *stream) release() {
+	s.wait()
+	if s.pooled != nil {
+		s.fsys.partBuffers().put(s.pooled)
+		s.pooled = nil
+	}
+	s.buf = nil
+}
+
+// bytes returns the data not yet sent (all of it if no part went up).
+func (s *stream) pending() []byte { return s.buf }
+
+// started reports whether any part has been sent.
+func (s *stream) started() bool { return s.upload != nil }
