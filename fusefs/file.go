@@ -90,7 +90,7 @@ func (n *fileNode) startEmpty(created bool) {
 
 func (n *fileNode) startEmptyLocked() {
 	n.dropLocal()
-	n.stream = n.fsys.newStream(n.key())
+	n.stream = n.fsys.newStream(n.key)
 	n.attr.size = 0
 	n.dirty = true
 	n.cachedETag = ""

@@ -28,7 +28,7 @@ var errNoMemory = errors.New("no memory for another upload buffer")
 // the upload; abort leaves nothing behind.
 type stream struct {
 	fsys *FS
-	key  string
+	key  func() string // the file's key now: it moves with renames
 
 	buf    []byte  // the part being filled
 	pooled *[]byte // buf's backing buffer when it came from the pool
@@ -47,7 +47,7 @@ type partUpload struct {
 	done chan struct{}
 }
 
-func (f *FS) newStream(key string) *stream { return &stream{fsys: f, key: key} }
+func (f *FS) newStream(key func() string) *stream { return &stream{fsys: f, key: key} }
 
 func (s *stream) failed() error {
 	s.mu.Lock()
@@ -96,7 +96,7 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) er
 // buffer once that part is sent. Per-file parallelism is Concurrency.
 func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 	if s.upload == nil {
-		u, err := s.fsys.store.NewUpload(ctx, s.key, meta)
+		u, err := s.fsys.store.NewUpload(ctx, s.key(), meta)
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 	defer s.release()
 	if s.upload == nil {
 		// Small enough for one request.
-		o, err := s.fsys.store.Put(ctx, s.key, bytes.NewReader(s.buf), int64(len(s.buf)), meta)
+		o, err := s.fsys.store.Put(ctx, s.key(), bytes.NewReader(s.buf), int64(len(s.buf)), meta)
 		if err != nil {
 			return store.Object{}, err
 		}
@@ -196,7 +196,7 @@ func (s *stream) abort() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.upload.Abort(ctx); err != nil {
-			s.fsys.opts.Logger.Warn("abort multipart upload", "key", s.key, "err", err)
+			s.fsys.opts.Logger.Warn("abort multipart upload", "key", s.key(), "err", err)
 		}
 		s.upload = nil
 	}

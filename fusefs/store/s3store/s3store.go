@@ -122,6 +122,8 @@ func mapErr(err error) error {
 			kind = store.ErrNotExist
 		case resp.StatusCode == http.StatusForbidden:
 			kind = store.ErrAccess
+		case resp.StatusCode == http.StatusBadRequest:
+			kind = store.ErrInvalid
 		default:
 			kind = store.ErrUnavailable
 		}

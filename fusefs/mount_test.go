@@ -1,0 +1,128 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/miniotest"
+)
+
+// backend is a store the behaviour suite runs on, with a way to make a
+// fresh empty bucket and read what is really stored.
+type backend struct {
+	name  string
+	fresh func(t *testing.T) store.Store
+}
+
+var (
+	minioOnce   sync.Once
+	minioServer *miniotest.Server
+)
+
+// sharedMinio starts one MinIO for the package's tests.
+func sharedMinio(t *testing.T) *miniotest.Server {
+	minioOnce.Do(func() { minioServer = miniotest.StartShared() })
+	if minioServer == nil {
+		t.Fatal("minio failed to start")
+	}
+	return minioServer
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if minioServer != nil {
+		minioServer.Stop()
+	}
+	os.Exit(code)
+}
+
+func backends() []backend {
+	return []backend{
+		{"memory", func(t *testing.T) store.Store { return memstore.New() }},
+		{"minio", func(t *testing.T) store.Store {
+			srv := sharedMinio(t)
+			st, err := s3store.New(srv.Config(), srv.NewBucket(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}},
+	}
+}
+
+// mountFS mounts a filesystem over st at a new directory and unmounts it
+// when the test ends.
+func mountFS(t testing.TB, st store.Store, opts fusefs.Options) string {
+	t.Helper()
+	dir := t.TempDir()
+	if opts.PartSize == 0 {
+		opts.PartSize = 5 << 20 // small parts, so tests cross part boundaries cheaply
+	}
+	if opts.StagingDir == "" {
+		opts.StagingDir = t.TempDir()
+	}
+	f, err := fusefs.New(st, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := f.Mount(dir, "objfuse:test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// stored reads an object straight from the store, bypassing the mount.
+func stored(t testing.TB, st store.Store, key string) []byte {
+	t.Helper()
+	body, err := st.Get(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatalf("read %q from the store: %v", key, err)
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func put(t testing.TB, st store.Store, key string, data []byte) {
+	t.Helper()
+	if _, err := st.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), nil); err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

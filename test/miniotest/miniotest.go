@@ -1,0 +1,232 @@
+// Package miniotest starts a real MinIO server for tests: on a free
+// loopback port, with its own data directory and credentials, stopped when
+// the test ends. Tests that need S3 use it; none are skipped for want of it.
+package miniotest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+)
+
+// Fixed test credentials, written to a credentials directory.
+const (
+	AccessKey = "objfuse-test"
+	SecretKey = "objfuse-test-secret"
+)
+
+// Server is a running MinIO.
+type Server struct {
+	t        testing.TB
+	bin      string
+	dataDir  string
+	Addr     string // host:port
+	Endpoint string // http://host:port
+	CredsDir string // holds accessKeyID and secretAccessKey files
+	cmd      *exec.Cmd
+	exited   chan struct{}
+}
+
+// Binary finds the minio binary: $MINIO_BIN, $PATH, then $GOPATH/bin.
+func Binary() (string, error) {
+	if b := os.Getenv("MINIO_BIN"); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath("minio"); err == nil {
+		return b, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, _ := os.UserHomeDir()
+		gopath = filepath.Join(home, "go")
+	}
+	b := filepath.Join(gopath, "bin", "minio")
+	if _, err := os.Stat(b); err != nil {
+		return "", fmt.Errorf("minio binary not found (install with: go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c): %w", err)
+	}
+	return b, nil
+}
+
+// Start starts a MinIO server and stops it when t ends. It fails the test
+// if MinIO is missing: tests that need S3 are never skipped.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds")}
+	if err := os.MkdirAll(s.CredsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
+	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
+	s.Addr = freeAddr(t)
+	s.Endpoint = "http://" + s.Addr
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func writeFile(t testing.TB, path, content string) {
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t), s.dataDir)
+	// MinIO takes its root credentials from the environment; this is the
+	// test server's own process, not objfuse.
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=on")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start minio: %v", err)
+	}
+	s.cmd = cmd
+	s.exited = make(chan struct{})
+	go func() { cmd.Wait(); close(s.exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(s.Endpoint + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-s.exited:
+			s.t.Fatalf("minio exited during start-up")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			s.t.Fatalf("minio not ready at %s after 60s: %v", s.Endpoint, err)
+		}
+	}
+}
+
+// Stop kills the server (as a crash would) and waits for it to exit.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.exited
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same address and data.
+func (s *Server) Restart() {
+	s.Stop()
+	s.start()
+}
+
+// Config is an s3store configuration for this server.
+func (s *Server) Config() s3store.Config {
+	return s3store.Config{Endpoint: s.Endpoint, Region: "us-east-1", PathStyle: true, CredentialsDir: s.CredsDir, MaxRetries: 2}
+}
+
+// Client is a raw minio-go client, for checking what is really stored.
+func (s *Server) Client() *minio.Client {
+	c, err := s3store.NewClient(s.Config())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+var bucketSeq int
+
+// Bucket creates a new empty bucket and returns its name.
+func (s *Server) Bucket() string {
+	s.t.Helper()
+	bucketSeq++
+	name := "test-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-" + strconv.Itoa(bucketSeq)
+	if err := s.Client().MakeBucket(context.Background(), name, minio.MakeBucketOptions{}); err != nil {
+		s.t.Fatalf("make bucket %s: %v", name, err)
+	}
+	return name
+}
+
+// StartShared starts a server outside any one test (for TestMain-scoped
+// use); it returns nil if MinIO cannot start, and the caller stops it.
+func StartShared() *Server {
+	dir, err := os.MkdirTemp("", "miniotest-")
+	if err != nil {
+		return nil
+	}
+	r := &recorder{}
+	s := &Server{t: r, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds")}
+	if s.bin, err = Binary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil
+	}
+	os.MkdirAll(s.CredsDir, 0o700)
+	os.WriteFile(filepath.Join(s.CredsDir, s3store.AccessKeyFile), []byte(AccessKey), 0o600)
+	os.WriteFile(filepath.Join(s.CredsDir, s3store.SecretKeyFile), []byte(SecretKey), 0o600)
+	s.Addr = freeAddr(r)
+	s.Endpoint = "http://" + s.Addr
+	func() {
+		defer func() { recover() }()
+		s.start()
+	}()
+	if r.failed {
+		return nil
+	}
+	return s
+}
+
+// NewBucket creates a bucket for one test, reporting failure to t.
+func (s *Server) NewBucket(t testing.TB) string {
+	old := s.t
+	s.t = t
+	defer func() { s.t = old }()
+	return s.Bucket()
+}
+
+// recorder is a testing.TB for servers that outlive a single test.
+type recorder struct {
+	testing.TB
+	failed bool
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatal(args ...any) {
+	fmt.Fprintln(os.Stderr, args...)
+	r.failed = true
+	panic("miniotest: fatal")
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+	r.failed = true
+	panic("miniotest: fatal")
+}
+func (r *recorder) TempDir() string { d, _ := os.MkdirTemp("", "miniotest-"); return d }
+func (r *recorder) Cleanup(func())  {}
