@@ -1,0 +1,251 @@
+// objfuse-mount serves an S3 bucket (or a prefix of one) as a directory
+// through FUSE. By hand, like s3fs:
+//
+//	objfuse-mount [flags] BUCKET[/PREFIX] MOUNTPOINT
+//
+// In a mounter pod it serves a FUSE handle the node plugin hands over:
+//
+//	objfuse-mount --handoff SOCKET [flags] BUCKET[/PREFIX]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/objfuse/objfuse/mounter-pod/runtime"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// readyFDEnv names the pipe a backgrounded child reports its start on.
+const readyFDEnv = "OBJFUSE_READY_FD"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+type options struct {
+	cfg        runtime.Config
+	mountpoint string
+	handoff    string
+	probe      string
+	foreground bool
+	fileMode   string
+	dirMode    string
+	logFormat  string
+	verbose    bool
+	version    bool
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fl := flag.NewFlagSet("objfuse-mount", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprint(stderr, `Usage:
+  objfuse-mount [flags] BUCKET[/PREFIX] MOUNTPOINT
+  objfuse-mount --handoff SOCKET [flags] BUCKET[/PREFIX]
+  objfuse-mount --probe SOCKET
+
+Serves an S3 bucket, or the keys under PREFIX in it, as a directory.
+Credentials come from --credentials-dir (files accessKeyID,
+secretAccessKey and optionally sessionToken) or from the AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN environment variables.
+Before mounting it checks the endpoint, the credentials and the bucket,
+and exits 1 with the reason if any is wrong. On SIGINT or SIGTERM it
+uploads pending writes, unmounts and exits 0.
+
+Flags:
+`)
+		fl.PrintDefaults()
+	}
+	c := &o.cfg
+	defEndpoint := os.Getenv("AWS_ENDPOINT_URL")
+	if defEndpoint == "" {
+		defEndpoint = "https://s3.amazonaws.com"
+	}
+	defRegion := os.Getenv("AWS_REGION")
+	if defRegion == "" {
+		defRegion = "us-east-1"
+	}
+	fl.StringVar(&c.S3.Endpoint, "endpoint", defEndpoint, "S3 endpoint URL (default from $AWS_ENDPOINT_URL)")
+	fl.StringVar(&c.S3.Region, "region", defRegion, "S3 region (default from $AWS_REGION)")
+	fl.BoolVar(&c.S3.PathStyle, "path-style", false, "use path-style requests (MinIO and most self-hosted S3)")
+	fl.StringVar(&c.S3.CABundle, "ca-bundle", "", "PEM file of extra CA certificates to trust")
+	fl.StringVar(&c.S3.CredentialsDir, "credentials-dir", "", "directory with accessKeyID and secretAccessKey files")
+	fl.BoolVar(&c.FS.ReadOnly, "read-only", false, "mount read-only")
+	uid := fl.Uint("uid", uint(os.Getuid()), "owner of files without owner metadata")
+	gid := fl.Uint("gid", uint(os.Getgid()), "group of files without group metadata")
+	fl.StringVar(&o.fileMode, "file-mode", "0644", "permissions of files without mode metadata (octal)")
+	fl.StringVar(&o.dirMode, "dir-mode", "0755", "permissions of directories without mode metadata (octal)")
+	fl.DurationVar(&c.FS.StatTTL, "stat-ttl", time.Second, "how long file attributes are cached")
+	fl.DurationVar(&c.FS.ListTTL, "list-ttl", time.Second, "how long directory listings answer lookups")
+	partMiB := fl.Int("part-size-mib", 8, "multipart part size in MiB (5..5120)")
+	fl.IntVar(&c.FS.Concurrency, "concurrency", 4, "parallel part uploads and readahead requests per file")
+	memMiB := fl.Int64("memory-limit-mib", 64, "bound on memory for upload parts and readahead, in MiB")
+	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
+	stagingMiB := fl.Int64("staging-limit-mib", 10240, "bound on the staging directory's use, in MiB")
+	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this host:port")
+	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
+	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")
+	fl.StringVar(&o.probe, "probe", "", "exit 0 if the mounter at this socket is ready (readiness probe)")
+	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fl.BoolVar(&o.verbose, "v", false, "verbose logging")
+	fl.BoolVar(&o.version, "version", false, "print the version and exit")
+	if err := fl.Parse(args); err != nil {
+		return nil, err
+	}
+	if o.version || o.probe != "" {
+		return o, nil
+	}
+	want := 2
+	if o.handoff != "" {
+		want = 1
+	}
+	if fl.NArg() != want {
+		fl.Usage()
+		return nil, fmt.Errorf("want %d arguments, got %d: %s", want, fl.NArg(), strings.Join(fl.Args(), " "))
+	}
+	var err error
+	if c.Bucket, c.Prefix, err = runtime.ParseSource(fl.Arg(0)); err != nil {
+		return nil, err
+	}
+	if o.handoff == "" {
+		o.mountpoint = fl.Arg(1)
+	}
+	fm, err := strconv.ParseUint(o.fileMode, 8, 32)
+	if err != nil || fm > 0o777 {
+		return nil, fmt.Errorf("--file-mode %q: want octal permissions such as 0644", o.fileMode)
+	}
+	dm, err := strconv.ParseUint(o.dirMode, 8, 32)
+	if err != nil || dm > 0o777 {
+		return nil, fmt.Errorf("--dir-mode %q: want octal permissions such as 0755", o.dirMode)
+	}
+	c.FS.FileMode, c.FS.DirMode = os.FileMode(fm), os.FileMode(dm)
+	c.FS.UID, c.FS.GID = uint32(*uid), uint32(*gid)
+	c.FS.PartSize = *partMiB << 20
+	c.FS.MemoryLimit = *memMiB << 20
+	c.FS.StagingLimit = *stagingMiB << 20
+	c.S3.PartSize = uint64(c.FS.PartSize)
+	c.S3.Concurrency = uint(c.FS.Concurrency)
+	if err := c.FS.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	if o.mountpoint != "" {
+		if st, err := os.Stat(o.mountpoint); err != nil {
+			return nil, fmt.Errorf("mountpoint: %w", err)
+		} else if !st.IsDir() {
+			return nil, fmt.Errorf("mountpoint %s is not a directory", o.mountpoint)
+		}
+	}
+	return o, nil
+}
+
+func run(args []string, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+		return 2
+	}
+	if o.version {
+		fmt.Fprintln(os.Stdout, "objfuse-mount", version)
+		return 0
+	}
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if o.logFormat == "json" {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	}
+	o.cfg.Logger = slog.New(h)
+	ctx := context.Background()
+
+	switch {
+	case o.probe != "":
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := runtime.Probe(pctx, o.probe); err != nil {
+			fmt.Fprintf(stderr, "objfuse-mount: not ready: %v\n", err)
+			return 1
+		}
+		return 0
+	case o.handoff != "":
+		if err := runtime.RunHandoff(ctx, o.cfg, o.handoff); err != nil {
+			fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+			return 1
+		}
+		return 0
+	case !o.foreground && os.Getenv(readyFDEnv) == "":
+		return detach(args, stderr)
+	}
+	report := func(error) {}
+	if fd := os.Getenv(readyFDEnv); fd != "" {
+		n, _ := strconv.Atoi(fd)
+		pipe := os.NewFile(uintptr(n), "ready")
+		report = func(err error) {
+			if err != nil {
+				fmt.Fprintln(pipe, err)
+			} else {
+				fmt.Fprintln(pipe, "ok")
+			}
+			pipe.Close()
+		}
+	}
+	if err := runtime.RunMount(ctx, o.cfg, o.mountpoint, report); err != nil {
+		fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// detach re-runs objfuse-mount in a new session and returns once it has
+// mounted (0) or failed (1, with its reason), as s3fs does.
+func detach(args []string, stderr io.Writer) int {
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+		return 1
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+		return 1
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), readyFDEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+		return 1
+	}
+	w.Close()
+	msg, _ := io.ReadAll(r)
+	line := strings.TrimSpace(string(msg))
+	if line == "ok" {
+		return 0
+	}
+	if line == "" {
+		line = "the background process exited before mounting"
+	}
+	fmt.Fprintf(stderr, "objfuse-mount: %s\n", line)
+	return 1
+}

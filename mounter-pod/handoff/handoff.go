@@ -1,0 +1,153 @@
+// Package handoff is the protocol between the node plugin and a mounter:
+// the node plugin (privileged) opens /dev/fuse and mounts it, then passes
+// the open FUSE handle over a Unix socket with SCM_RIGHTS to the mounter
+// (unprivileged), which serves it. One JSON request and one JSON answer per
+// connection keep it debuggable with socat.
+package handoff
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// SocketName is the mounter's socket inside a volume's shared directory.
+const SocketName = "mounter.sock"
+
+// MountDirName is the FUSE mountpoint inside a volume's shared directory.
+const MountDirName = "mnt"
+
+// Ops a node plugin may ask for.
+const (
+	OpServe  = "serve"  // with a FUSE fd attached: serve it
+	OpStatus = "status" // report state
+	OpExit   = "exit"   // flush uploads and exit (after NodeUnstage)
+)
+
+// Request is what the node plugin sends.
+type Request struct {
+	Op string `json:"op"`
+}
+
+// Reply is what the mounter answers.
+type Reply struct {
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+	Serving bool   `json:"serving"`
+	// Source is the bucket[/prefix] the mounter serves, so that a node
+	// plugin can tell a mounter for another volume from the right one.
+	Source string `json:"source,omitempty"`
+	PID    int    `json:"pid,omitempty"`
+}
+
+// Call sends req (with fd attached when fd >= 0) to the mounter listening
+// at socket and returns its reply.
+func Call(ctx context.Context, socket string, req Request, fd int) (Reply, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return Reply{}, fmt.Errorf("connect to mounter at %s: %w", socket, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	uc := conn.(*net.UnixConn)
+	body, _ := json.Marshal(req)
+	var oob []byte
+	if fd >= 0 {
+		oob = syscall.UnixRights(fd)
+	}
+	if _, _, err := uc.WriteMsgUnix(body, oob, nil); err != nil {
+		return Reply{}, fmt.Errorf("send %s to mounter: %w", req.Op, err)
+	}
+	uc.CloseWrite()
+	var rep Reply
+	if err := json.NewDecoder(uc).Decode(&rep); err != nil {
+		return Reply{}, fmt.Errorf("read mounter's answer to %s: %w", req.Op, err)
+	}
+	if !rep.OK {
+		return rep, fmt.Errorf("mounter refused %s: %s", req.Op, rep.Error)
+	}
+	return rep, nil
+}
+
+// Handler answers one request; fd is the received FUSE handle or -1.
+type Handler func(req Request, fd int) Reply
+
+// Serve accepts connections on l until ctx ends, one request each.
+func Serve(ctx context.Context, l *net.UnixListener, h Handler) error {
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	for {
+		conn, err := l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		go handle(conn, h)
+	}
+}
+
+func handle(conn *net.UnixConn, h Handler) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	buf := make([]byte, 4096)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	fd := -1
+	if oobn > 0 {
+		if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if fds, err := syscall.ParseUnixRights(&m); err == nil {
+					for _, f := range fds {
+						if fd < 0 {
+							fd = f
+						} else {
+							syscall.Close(f) // only one handle per request
+						}
+					}
+				}
+			}
+		}
+	}
+	var req Request
+	var rep Reply
+	if err := json.Unmarshal(buf[:n], &req); err != nil {
+		rep = Reply{Error: "bad request: " + err.Error()}
+	} else {
+		rep = h(req, fd)
+	}
+	rep.PID = os.Getpid()
+	json.NewEncoder(conn).Encode(rep)
+}
+
+// Listen creates the socket, replacing a stale one left by a previous
+// mounter process, readable only by its owner and root.
+func Listen(socket string) (*net.UnixListener, error) {
+	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", socket, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	os.Chmod(socket, 0o600)
+	return l, nil
+}

@@ -1,0 +1,68 @@
+// Package runtime runs objfuse-mount: the FUSE daemon that serves one
+// bucket or prefix, either on a mountpoint it mounts itself (by hand, like
+// s3fs) or on a FUSE handle handed over by the node plugin (in the
+// mounter pod).
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+)
+
+// Config is everything objfuse-mount needs to serve a volume.
+type Config struct {
+	Bucket string
+	Prefix string
+	S3     s3store.Config
+	FS     fusefs.Options
+	// MetricsAddr serves Prometheus /metrics when set (host:port).
+	MetricsAddr string
+	// CheckTimeout bounds the start-up check of endpoint, credentials and bucket.
+	CheckTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// ParseSource splits "bucket[/prefix]".
+func ParseSource(src string) (bucket, prefix string, err error) {
+	bucket, prefix, _ = strings.Cut(strings.Trim(src, "/"), "/")
+	if bucket == "" {
+		return "", "", fmt.Errorf("no bucket in %q: want BUCKET[/PREFIX]", src)
+	}
+	if prefix != "" {
+		prefix += "/"
+	}
+	return bucket, prefix, nil
+}
+
+// Source is the mount's source as mountinfo shows it.
+func (c Config) Source() string {
+	return "objfuse:" + c.Bucket + "/" + strings.TrimSuffix(c.Prefix, "/")
+}
+
+// Open checks the endpoint, credentials and bucket and builds the
+// filesystem. Its error is one line a user can act on.
+func (c Config) Open(ctx context.Context) (*fusefs.FS, error) {
+	st, err := s3store.New(c.S3, c.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.CheckTimeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := st.Check(cctx); err != nil {
+		return nil, err
+	}
+	opts := c.FS
+	opts.Prefix = c.Prefix
+	opts.Logger = c.Logger
+	return fusefs.New(st, opts)
+}

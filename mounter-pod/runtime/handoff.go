@@ -1,0 +1,178 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+)
+
+// TerminationLog is where Kubernetes reads a container's last words; the
+// reason a mounter stops goes there so that kubectl describe shows it.
+const TerminationLog = "/dev/termination-log"
+
+// RunHandoff is the mounter pod's main loop: check the bucket, listen on
+// socket, serve the FUSE handle the node plugin sends, and exit when told
+// to (after NodeUnstage) or when the connection ends. SIGTERM flushes but
+// keeps serving: the pod may be deleted while a user pod still writes,
+// and exiting would break its mount.
+func RunHandoff(ctx context.Context, cfg Config, socket string) error {
+	f, err := cfg.Open(ctx)
+	if err != nil {
+		writeTerminationLog(err)
+		return err
+	}
+	l, err := handoff.Listen(socket)
+	if err != nil {
+		writeTerminationLog(err)
+		return err
+	}
+	m := &mounter{cfg: cfg, fs: f, exit: make(chan struct{})}
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		defer stop()
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go handoff.Serve(sctx, l, m.handle)
+	cfg.Logger.Info("waiting for a FUSE handle", "socket", socket, "source", cfg.Source())
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case <-m.exit:
+			cfg.Logger.Info("told to exit; done")
+			return nil
+		case <-m.ended():
+			cfg.Logger.Info("FUSE connection ended; exiting")
+			return m.flush()
+		case sig := <-sigs:
+			if !m.isServing() {
+				cfg.Logger.Info("signal before serving; exiting", "signal", sig.String())
+				return nil
+			}
+			cfg.Logger.Info("signal; uploading pending writes, serving until told to exit", "signal", sig.String())
+			if err := m.flush(); err != nil {
+				cfg.Logger.Error("flush on signal", "err", err)
+			}
+		case <-ctx.Done():
+			return m.flush()
+		}
+	}
+}
+
+type mounter struct {
+	cfg  Config
+	fs   *fusefs.FS
+	exit chan struct{}
+
+	mu       sync.Mutex
+	srv      *fuse.Server
+	done     chan struct{}
+	exitOnce sync.Once
+}
+
+func (m *mounter) isServing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.srv != nil
+}
+
+// ended is closed when a served connection ends; nil (never) before.
+func (m *mounter) ended() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.done
+}
+
+func (m *mounter) flush() error {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	return m.fs.Flush(ctx)
+}
+
+func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
+	src := m.cfg.Source()
+	switch req.Op {
+	case handoff.OpStatus:
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src}
+	case handoff.OpExit:
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+		err := m.flush()
+		// Answer first, then exit.
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			m.exitOnce.Do(func() { close(m.exit) })
+		}()
+		if err != nil {
+			return handoff.Reply{Error: "flush before exit: " + err.Error(), Source: src}
+		}
+		return handoff.Reply{OK: true, Source: src}
+	case handoff.OpServe:
+		if fd < 0 {
+			return handoff.Reply{Error: "serve needs a FUSE handle attached", Source: src}
+		}
+		if err := m.serve(fd); err != nil {
+			syscall.Close(fd)
+			return handoff.Reply{Error: err.Error(), Source: src}
+		}
+		return handoff.Reply{OK: true, Serving: true, Source: src}
+	default:
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+		return handoff.Reply{Error: fmt.Sprintf("unknown op %q", req.Op), Source: src}
+	}
+}
+
+func (m *mounter) serve(fd int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.srv != nil {
+		return fmt.Errorf("already serving a FUSE connection")
+	}
+	srv, err := m.fs.Mount(fmt.Sprintf("/dev/fd/%d", fd), m.cfg.Source(), false)
+	if err != nil {
+		return err
+	}
+	if err := srv.WaitMount(); err != nil {
+		return fmt.Errorf("serve FUSE handle: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	m.srv, m.done = srv, done
+	m.cfg.Logger.Info("serving", "source", m.cfg.Source())
+	return nil
+}
+
+func writeTerminationLog(err error) {
+	if f, ferr := os.OpenFile(TerminationLog, os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+		fmt.Fprintln(f, err)
+		f.Close()
+	}
+}
+
+// Probe asks the mounter at socket whether it is ready: listening, and
+// serving if it was handed a handle. For the pod's readiness probe.
+func Probe(ctx context.Context, socket string) error {
+	_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
+	return err
+}

@@ -1,0 +1,45 @@
+package runtime
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/objfuse/objfuse/fusefs"
+)
+
+// serveMetrics exposes the filesystem's counters at addr/metrics.
+func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
+	reg := prometheus.NewRegistry()
+	st := f.Stats()
+	labels := prometheus.Labels{"source": source}
+	counter := func(name, help string, v *atomic.Int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels,
+		}, func() float64 { return float64(v.Load()) }))
+	}
+	counter("hidden_keys_total", "Keys that cannot be file names and are not shown.", &st.HiddenKeys)
+	counter("upload_errors_total", "Uploads that failed and were reported to the writer as EIO.", &st.UploadErrors)
+	counter("uploads_total", "Files uploaded.", &st.Uploads)
+	counter("read_bytes_total", "Bytes read from the store through the mount.", &st.BytesRead)
+	counter("written_bytes_total", "Bytes written through the mount.", &st.BytesWritten)
+	counter("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", &st.PanicsRecovered)
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err
+		}
+	}()
+	return func() { srv.Close() }, nil
+}

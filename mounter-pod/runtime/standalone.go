@@ -1,0 +1,93 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// drainTimeout bounds the flush of pending uploads at exit.
+const drainTimeout = 5 * time.Minute
+
+// RunMount mounts the volume at mountpoint and serves it until SIGINT or
+// SIGTERM (then it uploads what is pending, unmounts and returns nil) or
+// until someone unmounts it. ready is called once the mount serves, with
+// nil, or with the error that stopped it.
+func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(error)) error {
+	f, err := cfg.Open(ctx)
+	if err != nil {
+		ready(err)
+		return err
+	}
+	srv, err := f.Mount(mountpoint, cfg.Source(), os.Geteuid() == 0)
+	if err != nil {
+		ready(err)
+		return err
+	}
+	if err := srv.WaitMount(); err != nil {
+		ready(err)
+		return err
+	}
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
+		if err != nil {
+			srv.Unmount()
+			ready(fmt.Errorf("metrics: %w", err))
+			return err
+		}
+		defer stop()
+	}
+	cfg.Logger.Info("serving", "source", cfg.Source(), "mountpoint", mountpoint)
+	ready(nil)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+		cfg.Logger.Info("unmounted from outside; exiting", "mountpoint", mountpoint)
+		return nil
+	case sig := <-sigs:
+		cfg.Logger.Info("signal; uploading pending writes and unmounting", "signal", sig.String())
+	case <-ctx.Done():
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	flushErr := f.Flush(fctx)
+	if err := unmount(srv, mountpoint); err != nil {
+		return errors.Join(flushErr, err)
+	}
+	// After a lazy unmount the connection lives on while files stay open
+	// in it; everything is uploaded, so exiting (which ends it) is safe.
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+	return flushErr
+}
+
+// unmount unmounts, detaching lazily if a process still holds it busy, so
+// that exit never leaves a dead mount behind.
+func unmount(srv *fuse.Server, mountpoint string) error {
+	var err error
+	for range 10 {
+		if err = srv.Unmount(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if os.Geteuid() == 0 {
+		if derr := syscall.Unmount(mountpoint, syscall.MNT_DETACH); derr == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("unmount %s: %w", mountpoint, err)
+}
