@@ -1,0 +1,23 @@
+# objfuse: developer entry points. `make demo` runs the driver for real;
+# `make test` is what CI runs.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+export CGO_ENABLED ?= 0
+
+.PHONY: build test unit demo demo-down bench lint
+
+build:
+	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+# All tests: unit and behaviour suites on memory and a real MinIO (each
+# test starts its own), the CLI, csi-sanity and node tests, with the race
+# detector. Needs root and /dev/fuse.
+test:
+	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
+
+lint:
+	test -z "$$(gofmt -l .)"
+	go vet ./...
+
+bench:
+	go run ./test/bench
