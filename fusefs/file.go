@@ -38,6 +38,10 @@ type fileNode struct {
 	staging *stagingFile
 	dirty   bool  // local content differs from the object
 	err     error // a failed upload, reported until the last close
+	// asyncErr is an upload that failed after an asynchronous close,
+	// reported by the next close or fsync of this file.
+	asyncErr  error
+	uploadErr error // the last upload failure, for logs and asyncErr
 }
 
 var (
@@ -275,6 +279,11 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	if n.err != nil {
 		return syscall.EIO
 	}
+	if n.asyncErr != nil {
+		n.fsys.opts.Logger.Error("reporting an earlier asynchronous upload failure", "key", n.key(), "err", n.asyncErr)
+		n.asyncErr = nil
+		return syscall.EIO
+	}
 	if !n.dirty || n.unlinked {
 		return 0
 	}
@@ -304,6 +313,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		}
 	}
 	if err != nil {
+		n.uploadErr = err
 		n.fsys.stats.UploadErrors.Add(1)
 		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", n.key(), "err", err)
 		return syscall.EIO
@@ -344,9 +354,14 @@ func (n *fileNode) release(writable bool) {
 		return
 	}
 	if n.dirty && n.err == nil && !n.unlinked {
-		// Written through a handle we never saw flushed (mmap); last try.
+		// With AsyncClose this is the upload close(2) did not wait for
+		// (the kernel sends RELEASE after close returns); otherwise the
+		// file was written through a handle never flushed (mmap).
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		n.syncLocked(ctx)
+		if n.syncLocked(ctx) != 0 && n.fsys.opts.AsyncClose {
+			n.asyncErr = n.uploadErr
+			n.fsys.stats.AsyncUploadErrors.Add(1)
+		}
 		cancel()
 	}
 	n.dropLocal()

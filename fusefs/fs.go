@@ -43,6 +43,8 @@ type Stats struct {
 	BytesWritten    atomic.Int64
 	Uploads         atomic.Int64
 	PanicsRecovered atomic.Int64
+	// AsyncUploadErrors are failed uploads after an asynchronous close.
+	AsyncUploadErrors atomic.Int64
 }
 
 // New returns a filesystem over st. Mount it with Mount or serve its Root

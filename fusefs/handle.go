@@ -121,6 +121,18 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.writable {
 		return 0
 	}
+	if h.node.fsys.opts.AsyncClose {
+		// The upload happens on RELEASE, which the kernel sends after
+		// close(2) has returned; only an earlier failure is reported now.
+		n := h.node
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.asyncErr != nil || n.err != nil {
+			n.asyncErr = nil
+			return syscall.EIO
+		}
+		return 0
+	}
 	return h.node.sync(ctx)
 }
 

@@ -43,7 +43,12 @@ type Options struct {
 	// MaxRenameObjects bounds a directory rename; beyond it rename returns
 	// EXDEV so that mv falls back to copy and delete.
 	MaxRenameObjects int
-	Logger           *slog.Logger
+	// AsyncClose makes close(2) return before the upload: the file goes up
+	// right after, fsync still waits for it, and a failure surfaces on the
+	// next close or fsync of that file and in a metric. For small-file
+	// workloads that accept that trade.
+	AsyncClose bool
+	Logger     *slog.Logger
 }
 
 // WithDefaults returns o with every unset field set to its default.

@@ -96,6 +96,7 @@ Flags:
 	memMiB := fl.Int64("memory-limit-mib", 64, "bound on memory for upload parts and readahead, in MiB")
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", 10240, "bound on the staging directory's use, in MiB")
+	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this host:port")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
 	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")
