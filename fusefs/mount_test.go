@@ -41,7 +41,7 @@ func sharedMinio(t *testing.T) *miniotest.Server {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if minioServer != nil {
-		minioServer.Stop()
+		minioServer.Close()
 	}
 	os.Exit(code)
 }

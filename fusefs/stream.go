@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -83,6 +84,11 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) er
 		p = p[n:]
 		s.size += int64(n)
 		if len(s.buf) == partSize {
+			if s.part+1 >= store.MaxParts {
+				// S3 allows 10,000 parts and the last is kept for close;
+				// larger files need a larger --part-size-mib.
+				return syscall.EFBIG
+			}
 			if err := s.sendPart(ctx, meta); err != nil {
 				return err
 			}

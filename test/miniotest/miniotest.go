@@ -37,6 +37,7 @@ type Server struct {
 	CredsDir string // holds accessKeyID and secretAccessKey files
 	cmd      *exec.Cmd
 	exited   chan struct{}
+	tmpDir   string // removed by Close, for servers from StartShared
 }
 
 // Binary finds the minio binary: $MINIO_BIN, $PATH, then $GOPATH/bin.
@@ -142,6 +143,14 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
+// Close stops the server and removes what StartShared created.
+func (s *Server) Close() {
+	s.Stop()
+	if s.tmpDir != "" {
+		os.RemoveAll(s.tmpDir)
+	}
+}
+
 // Restart starts the server again on the same address and data.
 func (s *Server) Restart() {
 	s.Stop()
@@ -183,7 +192,7 @@ func StartShared() *Server {
 		return nil
 	}
 	r := &recorder{}
-	s := &Server{t: r, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds")}
+	s := &Server{t: r, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds"), tmpDir: dir}
 	if s.bin, err = Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return nil
