@@ -36,4 +36,5 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
+	sigs.k8s.io/yaml v1.4.0 // indirect
 )

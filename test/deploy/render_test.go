@@ -1,0 +1,114 @@
+// Package deploy checks the shipped manifests: the Helm chart and the
+// kustomize base must render the same objects.
+package deploy
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func repoRoot(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// tool finds a binary in PATH or GOPATH/bin; CI installs both with go install.
+func tool(t *testing.T, name, install string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, _ := os.UserHomeDir()
+		gopath = filepath.Join(home, "go")
+	}
+	p := filepath.Join(gopath, "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s not found; install it with: go install %s", name, install)
+	}
+	return p
+}
+
+func render(t *testing.T, name string, args ...string) map[string]map[string]any {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = repoRoot(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, stderr.String())
+	}
+	objs := map[string]map[string]any{}
+	for _, doc := range strings.Split(string(out), "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("parse %s output: %v\n%s", name, err, doc)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		meta, _ := m["metadata"].(map[string]any)
+		key := m["kind"].(string) + "/" + strOf(meta["namespace"]) + "/" + strOf(meta["name"])
+		if _, dup := objs[key]; dup {
+			t.Fatalf("%s renders %s twice", name, key)
+		}
+		objs[key] = m
+	}
+	return objs
+}
+
+func strOf(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func TestHelmAndKustomizeRenderTheSameObjects(t *testing.T) {
+	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
+	kustomize := tool(t, "kustomize", "sigs.k8s.io/kustomize/kustomize/v5@v5.8.1")
+	fromHelm := render(t, helm, "template", "objfuse", "deploy/helm/objfuse")
+	fromKustomize := render(t, kustomize, "build", "deploy/kustomize/base")
+	if len(fromKustomize) < 10 {
+		t.Fatalf("kustomize rendered only %d objects", len(fromKustomize))
+	}
+	for key, k := range fromKustomize {
+		h, ok := fromHelm[key]
+		if !ok {
+			t.Errorf("helm does not render %s", key)
+			continue
+		}
+		if !reflect.DeepEqual(h, k) {
+			hy, _ := yaml.Marshal(h)
+			ky, _ := yaml.Marshal(k)
+			t.Errorf("%s differs:\n--- helm\n%s\n--- kustomize\n%s", key, hy, ky)
+		}
+	}
+	for key := range fromHelm {
+		if _, ok := fromKustomize[key]; !ok {
+			t.Errorf("kustomize does not render %s", key)
+		}
+	}
+}
+
+// TestNoSecretsInArgs: credentials reach pods only as mounted files.
+func TestNoSecretsInArgs(t *testing.T) {
+	for _, dir := range []string{"deploy/kustomize/base", "deploy/helm/objfuse/templates"} {
+		files, _ := filepath.Glob(filepath.Join(repoRoot(t), dir, "*.yaml"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			for _, bad := range []string{"secretAccessKey", "AWS_SECRET_ACCESS_KEY", "secretKeyRef"} {
+				if bytes.Contains(b, []byte(bad)) {
+					t.Errorf("%s mentions %s", f, bad)
+				}
+			}
+		}
+	}
+}
