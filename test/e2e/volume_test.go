@@ -1,0 +1,272 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const mounterSelector = "app.kubernetes.io/component=mounter"
+
+// writeScript writes 4 MiB of pseudo-random data and prints its sha256.
+const writeScript = `set -e; head -c 4194304 /dev/urandom > /data/file.bin; sha256sum /data/file.bin | cut -d' ' -f1`
+
+func (s *suite) mounterPods() int {
+	s.t.Helper()
+	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func TestDynamicBucketPerVolume(t *testing.T) {
+	s := newSuite(t)
+	before := s.mounterPods()
+	s.pvc("data", scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV("data")
+	bucket, prefix := volume(pv)
+	if ok, err := s.s3.BucketExists(s.ctx(), bucket); err != nil || !ok {
+		t.Fatalf("bucket %s for %s: %v %v", bucket, pv.Name, ok, err)
+	}
+	s.pod("writer", "data", writeScript, podOpts{})
+	sum := strings.TrimSpace(s.waitPod("writer", corev1.PodSucceeded, 3*time.Minute))
+	if got := s.objectSum(bucket, prefix+"file.bin"); got != sum {
+		t.Fatalf("object checksum %s, pod wrote %s", got, sum)
+	}
+	if s.mounterPods() != before+1 {
+		t.Fatalf("mounter pods: %d, want %d", s.mounterPods(), before+1)
+	}
+	// Deleting pod and PVC removes the bucket, the mounter pod and the attachment.
+	s.kc.CoreV1().Pods(s.ns).Delete(s.ctx(), "writer", metav1.DeleteOptions{})
+	s.kc.CoreV1().PersistentVolumeClaims(s.ns).Delete(s.ctx(), "data", metav1.DeleteOptions{})
+	s.eventually(3*time.Minute, "the bucket to be deleted", func() (bool, error) {
+		ok, err := s.s3.BucketExists(s.ctx(), bucket)
+		return !ok && err == nil, err
+	})
+	s.eventually(2*time.Minute, "the mounter pod to go", func() (bool, error) { return s.mounterPods() == before, nil })
+	s.eventually(2*time.Minute, "the VolumeAttachment to go", func() (bool, error) {
+		vas, err := s.kc.StorageV1().VolumeAttachments().List(s.ctx(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, va := range vas.Items {
+			if va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pv.Name {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func TestPrefixInSharedBucket(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("shared", scShared, corev1.ReadWriteMany)
+	pv := s.boundPV("shared")
+	bucket, prefix := volume(pv)
+	if bucket != sharedBucket || prefix == "" {
+		t.Fatalf("volume %s is not a prefix of bucket %s", pv.Spec.CSI.VolumeHandle, sharedBucket)
+	}
+	s.pod("writer", "shared", writeScript, podOpts{})
+	sum := strings.TrimSpace(s.waitPod("writer", corev1.PodSucceeded, 3*time.Minute))
+	if got := s.objectSum(bucket, prefix+"file.bin"); got != sum {
+		t.Fatalf("checksum %s, want %s", got, sum)
+	}
+}
+
+func TestStaticVolumeOnExistingBucket(t *testing.T) {
+	s := newSuite(t)
+	bucket := "e2e-static-" + fmt.Sprint(time.Now().Unix())
+	if err := s.s3.MakeBucket(s.ctx(), bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for o := range s.s3.ListObjects(s.ctx(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+			s.s3.RemoveObject(s.ctx(), bucket, o.Key, minio.RemoveObjectOptions{})
+		}
+		s.s3.RemoveBucket(s.ctx(), bucket)
+	})
+	data := []byte("already here\n")
+	if _, err := s.s3.PutObject(s.ctx(), bucket, "existing.txt", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvName := s.ns + "-static"
+	attrs := map[string]string{}
+	for k, v := range sc.Parameters {
+		if !strings.HasPrefix(k, "csi.storage.k8s.io/") {
+			attrs[k] = v
+		}
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: mustQuantity("1Gi")},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "",
+			ClaimRef:                      &corev1.ObjectReference{Namespace: s.ns, Name: "static"},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver:                     "objfuse.csi.io",
+				VolumeHandle:               bucket,
+				VolumeAttributes:           attrs,
+				ControllerPublishSecretRef: &corev1.SecretReference{Name: sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"], Namespace: sc.Parameters["csi.storage.k8s.io/controller-publish-secret-namespace"]},
+			}},
+		},
+	}
+	if _, err := s.kc.CoreV1().PersistentVolumes().Create(s.ctx(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kc.CoreV1().PersistentVolumes().Delete(s.ctx(), pvName, metav1.DeleteOptions{}) })
+	empty := ""
+	_, err = s.kc.CoreV1().PersistentVolumeClaims(s.ns).Create(s.ctx(), &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "static"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: &empty,
+			VolumeName:       pvName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: mustQuantity("1Gi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pod("reader", "static", "cat /data/existing.txt", podOpts{})
+	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); out != string(data) {
+		t.Fatalf("pod read %q, want %q", out, data)
+	}
+}
+
+func TestTwoPodsShareOneMounter(t *testing.T) {
+	s := newSuite(t)
+	before := s.mounterPods()
+	s.pvc("both", scBucket, corev1.ReadWriteMany)
+	s.boundPV("both")
+	s.pod("a", "both", "echo a > /data/a; sleep 3600", podOpts{})
+	s.pod("b", "both", "echo b > /data/b; sleep 3600", podOpts{})
+	s.waitPod("a", corev1.PodRunning, 3*time.Minute)
+	s.waitPod("b", corev1.PodRunning, 3*time.Minute)
+	if got := s.mounterPods(); got != before+1 {
+		t.Fatalf("mounter pods for one volume on one node: %d, want 1", got-before)
+	}
+}
+
+func TestReadOnlyRefusesWrites(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("ro", scBucket, corev1.ReadWriteMany)
+	s.boundPV("ro")
+	s.pod("ro", "ro", `if echo x > /data/x 2>/tmp/err; then echo WROTE; else cat /tmp/err; fi`, podOpts{readOnly: true})
+	out := s.waitPod("ro", corev1.PodSucceeded, 3*time.Minute)
+	if strings.Contains(out, "WROTE") || !strings.Contains(strings.ToLower(out), "read-only") {
+		t.Fatalf("write on a read-only mount: %q", out)
+	}
+}
+
+func TestNonRootWithFSGroup(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("nr", scBucket, corev1.ReadWriteMany)
+	s.boundPV("nr")
+	uid, gid := int64(1000), int64(2000)
+	s.pod("nr", "nr", `set -e; echo hello > /data/h; cat /data/h; mkdir /data/d; echo x > /data/d/y; cat /data/d/y`, podOpts{runAsUser: &uid, fsGroup: &gid})
+	if out := s.waitPod("nr", corev1.PodSucceeded, 3*time.Minute); out != "hello\nx\n" {
+		t.Fatalf("non-root pod printed %q", out)
+	}
+}
+
+// TestWrongCredentials: a StorageClass whose secret is wrong leaves the
+// PVC Pending with an Event that names the cause.
+func TestWrongCredentials(t *testing.T) {
+	s := newSuite(t)
+	base, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretName := s.ns + "-wrong"
+	_, err = s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secretName},
+		StringData: map[string]string{"accessKeyID": "nobody", "secretAccessKey": "wrong-secret"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), secretName, metav1.DeleteOptions{}) })
+	sc := base.DeepCopy()
+	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-wrong"}
+	sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = secretName
+	sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = secretName
+	if _, err := s.kc.StorageV1().StorageClasses().Create(s.ctx(), sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
+	s.pvc("wrong", sc.Name, corev1.ReadWriteMany)
+	s.eventFor(s.ns, "PersistentVolumeClaim", "wrong", "InvalidAccessKeyId", 60*time.Second)
+}
+
+// TestBadParameter: an unknown StorageClass parameter is named in an Event.
+func TestBadParameter(t *testing.T) {
+	s := newSuite(t)
+	base, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := base.DeepCopy()
+	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-bad"}
+	sc.Parameters["bogusParameter"] = "1"
+	if _, err := s.kc.StorageV1().StorageClasses().Create(s.ctx(), sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
+	s.pvc("bad", sc.Name, corev1.ReadWriteMany)
+	s.eventFor(s.ns, "PersistentVolumeClaim", "bad", "bogusParameter", 60*time.Second)
+}
+
+// TestNodePluginRestartKeepsStreaming: a pod streams writes while the
+// node plugin pod is deleted; the stream sees no error and the data is complete.
+func TestNodePluginRestartKeepsStreaming(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("stream", scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV("stream")
+	bucket, prefix := volume(pv)
+	s.pod("streamer", "stream", `set -e; i=0; while [ $i -lt 40 ]; do echo "line $i" >> /data/log.txt; i=$((i+1)); sleep 0.25; done; echo done`, podOpts{})
+	s.waitPod("streamer", corev1.PodRunning, 3*time.Minute)
+	nodes, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=objfuse-node"})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("node plugin pods: %v", err)
+	}
+	for _, p := range nodes.Items {
+		if err := s.kc.CoreV1().Pods(driverNS).Delete(s.ctx(), p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	if out := s.waitPod("streamer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
+		t.Fatalf("streamer: %q", out)
+	}
+	o, err := s.s3.GetObject(s.ctx(), bucket, prefix+"log.txt", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(o)
+	if n := strings.Count(buf.String(), "\n"); n != 40 {
+		t.Fatalf("log has %d lines, want 40", n)
+	}
+}
