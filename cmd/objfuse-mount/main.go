@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -175,6 +176,11 @@ func run(args []string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
 	o.cfg.Logger = slog.New(h)
+	if os.Getenv("GOMEMLIMIT") == "" && o.cfg.FS.MemoryLimit > 0 {
+		// Let the GC work harder before the process outgrows its buffers
+		// plus a margin for the runtime, FUSE requests and HTTP.
+		debug.SetMemoryLimit(o.cfg.FS.MemoryLimit + 48<<20)
+	}
 	ctx := context.Background()
 
 	switch {
