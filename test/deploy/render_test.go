@@ -50,7 +50,7 @@ func render(t *testing.T, name string, args ...string) map[string]map[string]any
 	objs := map[string]map[string]any{}
 	for _, doc := range strings.Split(string(out), "\n---") {
 		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		if err := yaml.Unmarshal([]byte(doc+"\n"), &m); err != nil {
 			t.Fatalf("parse %s output: %v\n%s", name, err, doc)
 		}
 		if len(m) == 0 {
