@@ -228,6 +228,10 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	n.noteChild(name, &dirEntry{name: name, isDir: true, obj: store.Object{Key: key, Metadata: a.metadata()}})
 	ch := n.newChild(ctx, syscall.S_IFDIR, a, true)
+	// A directory made a moment ago is empty (unless another client wrote
+	// into it since, which the TTL allows for): lookups of names about to
+	// be created need not ask the store.
+	ch.Operations().(*dirNode).remember(nil)
 	a.fill(&out.Attr)
 	return ch, 0
 }
