@@ -202,7 +202,10 @@ func (s *stream) abort() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.upload.Abort(ctx); err != nil {
-			s.fsys.opts.Logger.Warn("abort multipart upload", "key", s.key(), "err", err)
+			// Usually the store is down: retry in the background so
+			// the parts do not linger once it is back.
+			s.fsys.opts.Logger.Warn("abort multipart upload; retrying in the background", "key", s.key(), "err", err)
+			go retryAbort(s.fsys, s.upload, s.key())
 		}
 		s.upload = nil
 	}
@@ -223,3 +226,19 @@ func (s *stream) pending() []byte { return s.buf }
 
 // started reports whether any part has been sent.
 func (s *stream) started() bool { return s.upload != nil }
+
+// retryAbort keeps trying to abort an upload for about ten minutes.
+func retryAbort(f *FS, u store.Upload, key string) {
+	delay := time.Second
+	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); delay = min(2*delay, time.Minute) {
+		time.Sleep(delay)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := u.Abort(ctx)
+		cancel()
+		if err == nil {
+			f.opts.Logger.Info("aborted multipart upload after retrying", "key", key)
+			return
+		}
+	}
+	f.opts.Logger.Error("gave up aborting a multipart upload; the bucket's lifecycle rules must clean it", "key", key)
+}
