@@ -177,8 +177,11 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 		if err := n.truncateLocked(ctx, int64(size)); err != nil {
 			return toErrno(err)
 		}
-		// truncate(path) with nobody writing is complete when it returns.
-		if n.writers == 0 {
+		// truncate(2) on a path is complete when it returns; ftruncate(2)
+		// on an open file is uploaded with the rest at flush or fsync.
+		// (Counting writers would not do: the kernel sends RELEASE after
+		// close(2) returns, so a closed file may still look open.)
+		if fh == nil {
 			if errno := n.syncLocked(ctx); errno != 0 {
 				return errno
 			}
