@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Builds objfuse's container images without Docker: static Go binaries (and
+# Debian's busybox-static for a shell) in a single-layer scratch image,
+# written as a docker-archive tar in _output/images/ and imported into
+# containerd's k8s.io namespace with `ctr images import` (ctr honours
+# CONTAINERD_ADDRESS; test/local/env.sh sets it for the local cluster).
+#
+#   deploy/image/build.sh [--no-import] [objfuse|sidecars|test|minio|pause|all]...
+#
+# Images (no `latest` tags; they run as non-root unless the pod asks for root):
+#   objfuse:TAG           /objfuse-csi, /objfuse-mount, /bin/sh (busybox)   user 65532
+#   objfuse-sidecars:TAG  /csi-provisioner (v6.3.0), /csi-attacher (v4.13.0) user 65532
+#   objfuse-test:TAG      busybox: sh, sha256sum, dd, ...                    user 0
+#   objfuse-minio:TAG     /minio (from $(go env GOPATH)/bin/minio)           user 65532
+#   objfuse-pause:TAG     /pause, the local cluster's pod sandbox            user 65535
+# With a Docker engine, the root Dockerfile builds objfuse:TAG instead.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+TAG=${TAG:-v0.1.0-dev}
+OUT=${OUT:-$REPO/_output/images}
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo "$TAG")}
+ARCH=$(go env GOARCH)
+export CGO_ENABLED=0
+IMPORT=1
+
+log() { printf '%s images: %s\n' "$(date +%T)" "$*" >&2; }
+
+# gobuild DIR OUTDIR PKG... [-- LDFLAGS]: static, trimmed binaries.
+gobuild() {
+  local dir=$1 out=$2; shift 2
+  (cd "$dir" && go build -trimpath -ldflags "-s -w ${LDX:-}" -o "$out/" "$@")
+}
+
+# rootfs DIR [USER]: the common skeleton: /etc/passwd and group, /tmp,
+# CA certificates.
+rootfs() {
+  local r=$1
+  rm -rf "$r" && mkdir -p "$r/etc" "$r/tmp" "$r/bin"
+  chmod 1777 "$r/tmp"
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nonroot:x:65532:65532:nonroot:/home/nonroot:/bin/sh' \
+    'nobody:x:65534:65534:nobody:/nonexistent:/bin/sh' >"$r/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'nonroot:x:65532:' 'nogroup:x:65534:' >"$r/etc/group"
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    mkdir -p "$r/etc/ssl/certs" && cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
+  fi
+}
+
+# busybox DIR: Debian's static busybox with a link per applet in /bin.
+busybox() {
+  [ -x /bin/busybox ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null; }
+  file -L /bin/busybox 2>/dev/null | grep -q dynamically && { log "/bin/busybox is not static (install busybox-static)"; exit 1; }
+  cp /bin/busybox "$1/bin/busybox"
+  local a
+  for a in $("$1/bin/busybox" --list); do
+    [ -e "$1/bin/$a" ] || ln -s busybox "$1/bin/$a"
+  done
+}
+
+# json_list ARG...: a JSON array of strings (no quoting needed for ours).
+json_list() { local IFS=,; local a=("${@/#/\"}"); a=("${a[@]/%/\"}"); echo "[${a[*]}]"; }
+
+# image NAME ROOTFS USER CMD...: writes $OUT/NAME.tar (docker-archive, one
+# layer) and imports it.
+image() {
+  local name=$1 r=$2 user=$3; shift 3
+  local ref=$name:$TAG w
+  w=$(mktemp -d)
+  # Reproducible layer: sorted, root-owned, fixed mtime.
+  (cd "$r" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=gnu -cf "$w/layer.tar" $(ls -A))
+  local diff cfg
+  diff=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+  mkdir "$w/$diff" && mv "$w/layer.tar" "$w/$diff/layer.tar"
+  cat >"$w/config.json" <<EOF
+{"architecture":"$ARCH","os":"linux","created":"1970-01-01T00:00:00Z","config":{"User":"$user","Env":["PATH=/bin:/usr/bin:/sbin:/usr/sbin"${IMAGE_ENV:+,\"$IMAGE_ENV\"}],"Cmd":$(json_list "$@"),"WorkingDir":"/","Labels":{"org.opencontainers.image.source":"https://github.com/objfuse/objfuse","org.opencontainers.image.version":"$VERSION"}},"rootfs":{"type":"layers","diff_ids":["sha256:$diff"]},"history":[{"created":"1970-01-01T00:00:00Z","created_by":"deploy/image/build.sh"}]}
+EOF
+  cfg=$(sha256sum "$w/config.json" | cut -d' ' -f1)
+  mv "$w/config.json" "$w/$cfg.json"
+  echo "[{\"Config\":\"$cfg.json\",\"RepoTags\":[\"$ref\"],\"Layers\":[\"$diff/layer.tar\"]}]" >"$w/manifest.json"
+  mkdir -p "$OUT"
+  tar -C "$w" -cf "$OUT/$name.tar" manifest.json "$cfg.json" "$diff/layer.tar"
+  rm -rf "$w"
+  log "$ref: $OUT/$name.tar ($(du -h "$OUT/$name.tar" | cut -f1))"
+  if [ -n "$IMPORT" ]; then
+    ctr -n k8s.io images import "$OUT/$name.tar" >/dev/null
+    log "$ref imported into containerd ${CONTAINERD_ADDRESS:-(default socket)}"
+  fi
+}
+
+build_objfuse() {
+  local r=$OUT/rootfs/objfuse
+  rootfs "$r"
+  local cmds=(./cmd/objfuse-mount)
+  [ -d cmd/objfuse-csi ] && cmds+=(./cmd/objfuse-csi) || log "cmd/objfuse-csi does not exist yet: image holds objfuse-mount only"
+  LDX="-X main.version=$VERSION" gobuild "$REPO" "$r" "${cmds[@]}"
+  busybox "$r"
+  if [ -x "$r/objfuse-csi" ]; then image objfuse "$r" 65532:65532 /objfuse-csi; else image objfuse "$r" 65532:65532 /objfuse-mount; fi
+}
+
+build_sidecars() {
+  local r=$OUT/rootfs/sidecars
+  rootfs "$r"
+  LDX="-X main.version=v6.3.0" gobuild deploy/image/sidecars/provisioner "$r" github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+  LDX="-X main.version=v4.13.0" gobuild deploy/image/sidecars/attacher "$r" github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+  rmdir "$r/bin"
+  image objfuse-sidecars "$r" 65532:65532 /csi-provisioner
+}
+
+build_test() {
+  local r=$OUT/rootfs/test
+  rootfs "$r"
+  busybox "$r"
+  image objfuse-test "$r" 0:0 /bin/sh
+}
+
+build_pause() {
+  local r=$OUT/rootfs/pause
+  rootfs "$r"
+  gobuild "$REPO" "$r" ./deploy/image/pause
+  rmdir "$r/bin"
+  image objfuse-pause "$r" 65535:65535 /pause
+}
+
+# MinIO: the binary the test suites use. A cgo build is dynamically linked:
+# its libraries come along.
+build_minio() {
+  local bin r=$OUT/rootfs/minio
+  bin=$(command -v minio || echo "$(go env GOPATH)/bin/minio")
+  if [ ! -x "$bin" ]; then
+    log "building MinIO $MINIO_VERSION (about 8 minutes cold)"
+    go install "github.com/minio/minio@$MINIO_VERSION"
+  fi
+  rootfs "$r"
+  cp "$bin" "$r/minio"
+  local lib
+  for lib in $(ldd "$bin" 2>/dev/null | grep -o '/[^ ]*'); do
+    mkdir -p "$r$(dirname "$lib")" && cp -L "$lib" "$r$lib"
+  done
+  rmdir "$r/bin"
+  # MinIO keeps its certs dir under $HOME.
+  IMAGE_ENV=HOME=/tmp image objfuse-minio "$r" 65532:65532 /minio server /data
+}
+
+targets=()
+for a in "$@"; do
+  case $a in
+    --no-import) IMPORT= ;;
+    all) targets+=(pause objfuse sidecars test minio) ;;
+    pause | objfuse | sidecars | test | minio) targets+=("$a") ;;
+    *) echo "usage: $0 [--no-import] [objfuse|sidecars|test|minio|pause|all]..." >&2; exit 2 ;;
+  esac
+done
+((${#targets[@]})) || targets=(pause objfuse sidecars test minio)
+if [ -n "$IMPORT" ] && ! ctr version >/dev/null 2>&1; then
+  log "containerd does not answer at ${CONTAINERD_ADDRESS:-/run/containerd/containerd.sock} (start test/local/up.sh, or use --no-import)"
+  exit 1
+fi
+for t in "${targets[@]}"; do "build_$t"; done

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Stops the cluster test/local/up.sh started and leaves the host as it was:
+# pods first (so kubelet unmounts their volumes and tears down their
+# network), then every component by its recorded PID, then the mounts,
+# cgroups, sysctls, iptables chains, routes, bridge and directories up.sh
+# or the components made. Safe to run twice, or after a failed up.sh.
+# Logs stay in _output/local/logs.
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
+
+[ "$(id -u)" = 0 ] || die "run as root"
+T0=$(date +%s)
+
+# stop NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 15).
+stop() {
+  local name=$1 secs=${2:-15} pid exe i
+  if alive "$name"; then
+    read -r pid exe <"$PIDS/$name.pid"
+    kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < secs * 10; i++)); do
+      [ -d /proc/$pid ] || break
+      sleep 0.1
+    done
+    if [ -d /proc/$pid ]; then
+      log "$name (pid $pid) ignored SIGTERM, killing"
+      kill -KILL "$pid" 2>/dev/null
+    fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$PIDS/$name.pid"
+}
+
+# poll SECONDS CMD...: true once CMD succeeds, false at the deadline.
+poll() {
+  local deadline=$(($(date +%s) + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.5
+  done
+}
+
+no_pods() { [ -z "$(kc get pods -A -o name 2>/dev/null)" ]; }
+no_tasks() { [ -z "$(ctr tasks ls -q 2>/dev/null)" ]; }
+
+# --- workloads: let kubelet stop them and unmount their volumes ---------
+if alive kube-apiserver && alive kubelet && alive containerd; then
+  # No new pods from controllers or the scheduler from now on.
+  stop kube-controller-manager
+  stop kube-scheduler
+  if ! no_pods; then
+    log "deleting all pods"
+    kc delete pods -A --all --grace-period=10 --wait=false >/dev/null 2>&1
+    if ! poll 60 no_pods; then
+      log "pods still terminating after 60s; forcing"
+      kc get pods -A -o wide >&2
+      kc delete pods -A --all --force --grace-period=0 >/dev/null 2>&1
+    fi
+    poll 30 no_tasks || log "containers still running after pods were deleted"
+  fi
+fi
+stop kube-controller-manager
+stop kube-scheduler
+stop kubelet 20
+
+# --- containers kubelet did not stop ------------------------------------
+if alive containerd; then
+  for t in $(ctr tasks ls -q 2>/dev/null); do
+    ctr tasks kill -s SIGKILL "$t" >/dev/null 2>&1
+  done
+  poll 15 no_tasks || log "tasks survive SIGKILL: $(ctr tasks ls -q | tr '\n' ' ')"
+  for t in $(ctr tasks ls -q 2>/dev/null); do ctr tasks delete -f "$t" >/dev/null 2>&1; done
+  for c in $(ctr containers ls -q 2>/dev/null); do ctr containers delete "$c" >/dev/null 2>&1; done
+fi
+stop containerd 20
+# containerd-shim processes of this containerd (they name its socket).
+for d in /proc/[0-9]*; do
+  if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK "; then
+    log "killing leftover shim ${d#/proc/}"
+    kill -KILL "${d#/proc/}" 2>/dev/null
+  fi
+done
+stop kube-apiserver
+stop etcd
+
+# --- mounts -------------------------------------------------------------------
+# Pod network namespaces (containerd pins them under /run/netns).
+if [ -d /run/netns ]; then
+  for ns in /run/netns/cni-*; do
+    [ -e "$ns" ] || continue
+    grep -qx "${ns##*/}" "$SAVED/netns" 2>/dev/null && continue
+    umount "$ns" 2>/dev/null || umount -l "$ns" 2>/dev/null
+    rm -f "$ns"
+  done
+fi
+# Everything below the state and cluster dirs (pod volumes, FUSE mounts,
+# rootfs overlays), deepest first, then the shared bind mounts themselves.
+umount_under() {
+  local m
+  mounts_under "$1" | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "cannot unmount $m"
+  done
+}
+# created_by_us PATH: PATH did not exist before up.sh (which saved the list).
+created_by_us() { [ -f "$SAVED/paths" ] && ! grep -qx "$1" "$SAVED/paths"; }
+for d in $(cat "$SAVED/mounts" 2>/dev/null) /var/lib/kubelet "$CLUSTER_DIR"; do
+  if [ "$d" = "$CLUSTER_DIR" ] || grep -qx "$d" "$SAVED/mounts" 2>/dev/null || created_by_us "$d"; then
+    [ -d "$d" ] && umount_under "$d"
+  fi
+done
+
+# --- cgroups kubelet made (cgroupfs driver) ---------------------------------
+for cg in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+  [ -d "$cg" ] && [ -f "$SAVED/paths" ] || continue
+  find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
+  [ -d "$cg" ] && log "cgroup $cg still has processes"
+done
+
+if [ -d "$SAVED" ]; then
+  # --- sysctls kubelet changed ---------------------------------------------
+  while IFS='=' read -r k v; do
+    [ -n "$k" ] && [ "$(sysctl -n "$k")" != "$v" ] && sysctl -q -w "$k=$v"
+  done <"$SAVED/sysctls"
+
+  # --- iptables chains added by kubelet or CNI plugins ---------------------
+  for ipt in iptables ip6tables; do
+    for t in filter nat mangle; do
+      for ch in $($ipt -t $t -S 2>/dev/null | awk '$1 == "-N" { print $2 }'); do
+        grep -qx "$ipt $t $ch" "$SAVED/chains" && continue
+        case $ch in KUBE-* | CNI-*) ;; *) continue ;; esac
+        # Rules elsewhere that jump to it, then the chain.
+        $ipt -t $t -S | awk -v c="$ch" '$1 == "-A" && $2 != c && / -j / { for (i = 1; i <= NF; i++) if ($i == "-j" && $(i+1) == c) print }' |
+          while read -r rule; do eval "$ipt -t $t ${rule/-A /-D }"; done
+        $ipt -t $t -F "$ch" 2>/dev/null
+        $ipt -t $t -X "$ch" 2>/dev/null || log "cannot delete $ipt -t $t chain $ch"
+      done
+    done
+  done
+fi
+
+# --- network ----------------------------------------------------------------
+ip route del blackhole "$SERVICE_CIDR" 2>/dev/null
+ip link del "$BRIDGE" 2>/dev/null
+
+# --- directories ------------------------------------------------------------
+left=$( { mounts_under "$CLUSTER_DIR"; mounts_under "$OBJFUSE_STATE_DIR"; } 2>/dev/null)
+if [ -n "$left" ]; then
+  log "not removing $CLUSTER_DIR: still mounted: $left"
+  exit 1
+fi
+for p in $FIXED_PATHS; do
+  [ -e "$p" ] && created_by_us "$p" || continue
+  if [ -z "$(mounts_under "$p")" ]; then rm -rf --one-file-system "$p"; else log "not removing $p: still mounted"; fi
+done
+rm -rf --one-file-system "$CLUSTER_DIR"
+log "stopped and cleaned up in $(($(date +%s) - T0))s (logs kept in $LOG_DIR)"

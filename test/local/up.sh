@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# Starts a real one-node Kubernetes on this machine without Docker: etcd,
+# kube-apiserver (127.0.0.1:6443), kube-controller-manager, kube-scheduler,
+# containerd and kubelet as plain host processes, a CNI bridge with no
+# gateway and no masquerade, no kube-proxy and no DNS. Kubernetes is built
+# from the Go module proxy through the wrapper module in test/local/kube.
+# Every PID is recorded; test/local/down.sh stops them and puts the host
+# back as it was. Needs root. Idempotent: a running cluster is left alone.
+#
+#   test/local/up.sh && export KUBECONFIG=/var/lib/objfuse-cluster/admin.kubeconfig
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+
+[ "$(id -u)" = 0 ] || die "run as root"
+T0=$(date +%s)
+
+# wait_for DESC SECONDS PROCESS CMD...: polls CMD until it succeeds, failing
+# at the deadline or as soon as the recorded PROCESS ("-" for none) exits.
+wait_for() {
+  local desc=$1 secs=$2 proc=$3; shift 3
+  local deadline=$(($(date +%s) + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$proc" != - ] && ! alive "$proc"; then
+      tail -n 30 "$LOG_DIR/$proc.log" >&2 || true
+      die "$proc exited while waiting for $desc (log: $LOG_DIR/$proc.log)"
+    fi
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      [ "$proc" != - ] && tail -n 30 "$LOG_DIR/$proc.log" >&2
+      die "timed out after ${secs}s waiting for $desc"
+    fi
+    sleep 0.5
+  done
+}
+
+# start NAME BINARY ARGS...: runs a component in its own session, logging
+# to $LOG_DIR/NAME.log, and records "PID executable" in $PIDS/NAME.pid.
+start() {
+  local name=$1 bin=$2; shift 2
+  if alive "$name"; then return; fi
+  : >"$LOG_DIR/$name.log"
+  setsid "$bin" "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo "$! $(readlink -f "$bin")" >"$PIDS/$name.pid"
+  log "started $name (pid $!)"
+}
+
+# --- host packages ---------------------------------------------------------
+need=()
+for p in containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge \
+  etcd-server:etcd busybox-static:/bin/busybox iptables:iptables openssl:openssl \
+  curl:curl iproute2:ip util-linux:nsenter; do
+  command -v "${p#*:}" >/dev/null 2>&1 || [ -x "${p#*:}" ] || need+=("${p%%:*}")
+done
+if ((${#need[@]})); then
+  log "installing ${need[*]}"
+  apt-get update -qq
+  # policy-rc.d keeps Debian from starting its own containerd/etcd services.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+[ -e /dev/fuse ] || modprobe fuse 2>/dev/null || log "warning: /dev/fuse is missing; FUSE mounts will fail"
+
+# --- Kubernetes binaries -------------------------------------------------
+mkdir -p "$BIN_DIR" "$LOG_DIR"
+KUBE_CMDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
+missing=
+for c in $KUBE_CMDS; do [ -x "$BIN_DIR/$c" ] || missing=1; done
+if [ -n "$missing" ] || [ "$(cat "$BIN_DIR/.version" 2>/dev/null)" != "$KUBE_VERSION" ]; then
+  log "building Kubernetes $KUBE_VERSION (10-12 min with a cold Go cache, under a minute warm)"
+  ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
+  ld="$ld -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
+  ld="$ld -X k8s.io/component-base/version.gitTreeState=clean"
+  pkgs=
+  for c in $KUBE_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$c"; done
+  (cd "$LOCAL_DIR/kube" && CGO_ENABLED=0 go build -ldflags "$ld" -o "$BIN_DIR/" $pkgs) ||
+    die "building Kubernetes failed"
+  echo "$KUBE_VERSION" >"$BIN_DIR/.version"
+fi
+
+# --- already running? -----------------------------------------------------
+node_ready() {
+  [ "$(kc get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+all_alive=1
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do
+  alive "$c" || all_alive=
+done
+if [ -n "$all_alive" ] && node_ready; then
+  log "already running"
+  echo "export KUBECONFIG=$KUBECONFIG_FILE"
+  exit 0
+fi
+
+# --- remember the host as it was -----------------------------------------
+mkdir -p "$CLUSTER_DIR" "$PIDS"
+if [ ! -d "$SAVED" ]; then
+  mkdir -p "$SAVED"
+  for s in $KUBELET_SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done >"$SAVED/sysctls"
+  for p in $FIXED_PATHS; do [ -e "$p" ] && echo "$p"; done >"$SAVED/paths" || true
+  for t in filter nat mangle; do
+    for ipt in iptables ip6tables; do
+      $ipt -t $t -S 2>/dev/null | awk -v t=$t -v i=$ipt '$1 == "-N" { print i, t, $2 }'
+    done
+  done >"$SAVED/chains"
+  ls /run/netns 2>/dev/null >"$SAVED/netns" || true
+fi
+
+# --- the cluster directory: a shared mount -------------------------------
+make_shared() {
+  mkdir -p "$1"
+  if ! mountpoint -q "$1"; then
+    mount --bind "$1" "$1"
+    echo "$1" >>"$SAVED/mounts"
+  fi
+  mount --make-rshared "$1"
+}
+make_shared "$CLUSTER_DIR"
+make_shared "$OBJFUSE_STATE_DIR"
+mkdir -p "$PKI" "$KUBELET_DIR" "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni/net.d"
+
+# --- certificates and kubeconfigs ---------------------------------------
+NODE_IP=${OBJFUSE_NODE_IP:-$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "src") { print $(i+1); exit } }')}
+NODE_IP=${NODE_IP:-127.0.0.1}
+
+newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+# cert NAME SUBJECT EXTENDED-KEY-USAGE [SANS]
+cert() {
+  local name=$1 subj=$2 eku=$3 sans=${4:-}
+  [ -s "$PKI/$name.crt" ] && return
+  newkey "$PKI/$name.key"
+  {
+    echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$eku"
+    [ -n "$sans" ] && echo "subjectAltName=$sans"
+  } >"$PKI/$name.ext"
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+    -days 3650 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
+}
+if [ ! -s "$PKI/ca.crt" ]; then
+  newkey "$PKI/ca.key"
+  openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=objfuse-local-ca" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$PKI/ca.crt" 2>/dev/null
+fi
+[ -s "$PKI/sa.key" ] || { newkey "$PKI/sa.key" && openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null; }
+cert apiserver "/CN=kube-apiserver" serverAuth \
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$NODE_NAME,IP:127.0.0.1,IP:$SERVICE_IP,IP:$NODE_IP"
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+cert admin "/O=system:masters/CN=objfuse-local-admin" clientAuth
+cert controller-manager "/CN=system:kube-controller-manager" clientAuth
+cert scheduler "/CN=system:kube-scheduler" clientAuth
+cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+
+kubeconfig() { # NAME CERT -> $CLUSTER_DIR/NAME.kubeconfig
+  cat >"$CLUSTER_DIR/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: objfuse-local
+  cluster: {server: $APISERVER, certificate-authority: $PKI/ca.crt}
+users:
+- name: $2
+  user: {client-certificate: $PKI/$2.crt, client-key: $PKI/$2.key}
+contexts:
+- name: objfuse-local
+  context: {cluster: objfuse-local, user: $2}
+current-context: objfuse-local
+EOF
+  chmod 600 "$CLUSTER_DIR/$1.kubeconfig"
+}
+kubeconfig admin admin
+kubeconfig controller-manager controller-manager
+kubeconfig scheduler scheduler
+kubeconfig kubelet kubelet
+
+# --- network: a bridge the pods share with the host, nothing routed ----
+if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$BRIDGE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+fi
+ip link set "$BRIDGE" up
+# Without kube-proxy, Service IPs lead nowhere: fail fast rather than
+# leaking to the default route.
+ip route show type blackhole | grep -q "^blackhole $SERVICE_CIDR" || ip route add blackhole "$SERVICE_CIDR"
+cat >"$CLUSTER_DIR/cni/net.d/10-objfuse.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "objfuse-local",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": "$BRIDGE",
+    "isGateway": false,
+    "isDefaultGateway": false,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [[{"subnet": "$POD_CIDR", "rangeStart": "${POD_CIDR%.*}.10"}]],
+      "dataDir": "$CLUSTER_DIR/cni/networks"
+    }
+  }]
+}
+EOF
+
+# --- etcd -------------------------------------------------------------------
+start etcd "$(command -v etcd)" --name objfuse-local --data-dir "$CLUSTER_DIR/etcd" \
+  --listen-client-urls "$ETCD_CLIENT" --advertise-client-urls "$ETCD_CLIENT" \
+  --listen-peer-urls "$ETCD_PEER" --initial-advertise-peer-urls "$ETCD_PEER" \
+  --initial-cluster "objfuse-local=$ETCD_PEER" --logger zap --log-level warn
+wait_for "etcd" 60 etcd curl -sf "$ETCD_CLIENT/health"
+
+# --- control plane ----------------------------------------------------------
+start kube-apiserver "$BIN_DIR/kube-apiserver" \
+  --etcd-servers="$ETCD_CLIENT" --bind-address=127.0.0.1 --secure-port=6443 --advertise-address="$NODE_IP" \
+  --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true \
+  --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+  --client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --profiling=false --v=1
+wait_for "kube-apiserver /readyz" 120 kube-apiserver \
+  curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$APISERVER/readyz"
+
+start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+  --kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --authorization-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range="$SERVICE_CIDR" --profiling=false --v=1
+start kube-scheduler "$BIN_DIR/kube-scheduler" \
+  --kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+  --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+  --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --leader-elect=false --profiling=false --v=1
+
+# --- containerd -----------------------------------------------------------
+cat >"$CLUSTER_DIR/containerd/config.toml" <<EOF
+version = 2
+root = "$CLUSTER_DIR/containerd/root"
+state = "$CLUSTER_DIR/containerd/state"
+oom_score = 0
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CLUSTER_DIR/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # This VM lacks CAP_SYS_RESOURCE: without this every sandbox fails with
+  # "can't get final child's PID from pipe".
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$CLUSTER_DIR/cni/net.d"
+EOF
+start containerd "$(command -v containerd)" --config "$CLUSTER_DIR/containerd/config.toml"
+wait_for "containerd" 60 containerd ctr version
+if ! ctr images ls -q | grep -qx "docker.io/library/$PAUSE_IMAGE"; then
+  "$REPO_ROOT/deploy/image/build.sh" pause >&2 || die "building the pause image failed"
+fi
+
+# --- kubelet --------------------------------------------------------------
+cat >"$CLUSTER_DIR/kubelet-config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failSwapOn: false
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+address: $NODE_IP
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+# Images are imported, never pulled: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+makeIPTablesUtilChains: false
+serializeImagePulls: false
+EOF
+start kubelet "$BIN_DIR/kubelet" --config="$CLUSTER_DIR/kubelet-config.yaml" \
+  --kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --root-dir="$KUBELET_DIR" \
+  --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
+wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
+# Pods need their ServiceAccount (made by the controller manager).
+wait_for "the default ServiceAccount" 60 kube-controller-manager kc get serviceaccount default
+
+log "node $NODE_NAME Ready after $(($(date +%s) - T0))s (logs: $LOG_DIR, stop: test/local/down.sh)"
+echo "export KUBECONFIG=$KUBECONFIG_FILE"
