@@ -208,3 +208,15 @@ func parentKey(key string) string {
 	}
 	return d + "/"
 }
+
+// SetMountGroup makes gid (a pod's fsGroup, known only when the node
+// stages the volume) the group of files without owner metadata, with group
+// read-write permissions, so that a non-root pod in that group can write.
+// Call it before Mount.
+func (f *FS) SetMountGroup(gid uint32) {
+	f.opts.GID = gid
+	f.opts.FileMode |= 0o060
+	f.opts.DirMode |= 0o070
+	f.root.attr.gid = gid
+	f.root.attr.mode |= 0o070
+}

@@ -32,6 +32,9 @@ const (
 // Request is what the node plugin sends.
 type Request struct {
 	Op string `json:"op"`
+	// MountGroup, with OpServe, is the group id (a pod's fsGroup) that
+	// files without owner metadata get; nil keeps the mounter's own.
+	MountGroup *uint32 `json:"mountGroup,omitempty"`
 }
 
 // Reply is what the mounter answers.

@@ -116,21 +116,22 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		if fd >= 0 {
 			syscall.Close(fd)
 		}
-		err := m.flush()
+		// Stay up while writes are pending: the node plugin retries
+		// NodeUnstage, and exiting now would lose them.
+		if err := m.flush(); err != nil {
+			return handoff.Reply{Error: "pending writes could not be uploaded: " + err.Error(), Source: src}
+		}
 		// Answer first, then exit.
 		go func() {
 			time.Sleep(50 * time.Millisecond)
 			m.exitOnce.Do(func() { close(m.exit) })
 		}()
-		if err != nil {
-			return handoff.Reply{Error: "flush before exit: " + err.Error(), Source: src}
-		}
 		return handoff.Reply{OK: true, Source: src}
 	case handoff.OpServe:
 		if fd < 0 {
 			return handoff.Reply{Error: "serve needs a FUSE handle attached", Source: src}
 		}
-		if err := m.serve(fd); err != nil {
+		if err := m.serve(fd, req.MountGroup); err != nil {
 			syscall.Close(fd)
 			return handoff.Reply{Error: err.Error(), Source: src}
 		}
@@ -143,11 +144,14 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 	}
 }
 
-func (m *mounter) serve(fd int) error {
+func (m *mounter) serve(fd int, mountGroup *uint32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.srv != nil {
 		return fmt.Errorf("already serving a FUSE connection")
+	}
+	if mountGroup != nil {
+		m.fs.SetMountGroup(*mountGroup)
 	}
 	srv, err := m.fs.Mount(fmt.Sprintf("/dev/fd/%d", fd), m.cfg.Source(), false)
 	if err != nil {

@@ -33,6 +33,9 @@ type Config struct {
 	// Empty means the standard AWS_* environment variables, and no
 	// credentials at all (anonymous) when those are unset too.
 	CredentialsDir string
+	// Keys, when set, are used instead of CredentialsDir and the
+	// environment: credentials a CSI request carries in its secrets.
+	Keys *Keys
 	// MaxRetries bounds minio-go's retries of a failed request; 0 keeps its default.
 	MaxRetries int
 	// PartSize is the multipart part size Put uses for large objects.
@@ -51,7 +54,7 @@ func NewClient(cfg Config) (*minio.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := credentialsFor(cfg.CredentialsDir)
+	creds, err := credentialsFor(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +133,16 @@ func transport(secure bool, caBundle string) (*http.Transport, error) {
 	return tr, nil
 }
 
-func credentialsFor(dir string) (*credentials.Credentials, error) {
+// Keys are S3 credentials held in memory. They are never logged.
+type Keys struct {
+	AccessKeyID, SecretAccessKey, SessionToken string
+}
+
+func credentialsFor(cfg Config) (*credentials.Credentials, error) {
+	if k := cfg.Keys; k != nil {
+		return credentials.NewStaticV4(k.AccessKeyID, k.SecretAccessKey, k.SessionToken), nil
+	}
+	dir := cfg.CredentialsDir
 	if dir == "" {
 		return credentials.NewChainCredentials([]credentials.Provider{
 			&credentials.EnvAWS{}, &credentials.EnvMinio{},

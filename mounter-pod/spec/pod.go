@@ -1,0 +1,220 @@
+package spec
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// Labels and annotations objfuse puts on mounter pods and Secrets.
+const (
+	LabelComponent   = "app.kubernetes.io/component"
+	ComponentMounter = "mounter"
+	LabelKey         = "objfuse.csi.io/mounter"
+	LabelNode        = "objfuse.csi.io/node"
+	AnnotationVolume = "objfuse.csi.io/volume-id"
+	AnnotationNode   = "objfuse.csi.io/node-id"
+)
+
+// MounterUID is the unprivileged user the mounter runs as ("nobody").
+const MounterUID = 65534
+
+// Template is the driver's mounter pod configuration (mounter.yaml).
+type Template struct {
+	Image             string                      `json:"image"`
+	ImagePullPolicy   corev1.PullPolicy           `json:"imagePullPolicy,omitempty"`
+	PriorityClassName string                      `json:"priorityClassName,omitempty"`
+	Resources         corev1.ResourceRequirements `json:"resources,omitempty"`
+	Labels            map[string]string           `json:"labels,omitempty"`
+	Tolerations       []corev1.Toleration         `json:"tolerations,omitempty"`
+	// HostNetwork lets mounters reach an S3 endpoint only the host can
+	// (a cluster without kube-proxy, or S3 on a node-local address).
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// StagingSizeLimit bounds the emptyDir for randomly written files.
+	StagingSizeLimit string `json:"stagingSizeLimit,omitempty"`
+	// TerminationGracePeriodSeconds is how long a mounter may drain.
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+}
+
+// ParseTemplate reads mounter.yaml, rejecting unknown fields so a typo is an error.
+func ParseTemplate(data []byte) (Template, error) {
+	var t Template
+	if err := yaml.UnmarshalStrict(data, &t); err != nil {
+		return Template{}, fmt.Errorf("mounter template: %w", err)
+	}
+	if t.Image == "" {
+		return Template{}, fmt.Errorf("mounter template: no image")
+	}
+	if t.StagingSizeLimit != "" {
+		if _, err := resource.ParseQuantity(t.StagingSizeLimit); err != nil {
+			return Template{}, fmt.Errorf("mounter template: stagingSizeLimit: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// PodName is the mounter pod's name for m.
+func (m Mounter) PodName() string { return "objfuse-mounter-" + m.Key() }
+
+// SecretName is the name of the Secret holding m's credentials.
+func (m Mounter) SecretName() string { return m.PodName() + "-creds" }
+
+// Pod builds the mounter pod for m on the node whose kubernetes.io/hostname
+// label is hostname. It runs as nobody with no privilege and no
+// capabilities; credentials come only from the Secret, mounted as files.
+func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error) {
+	res := *t.Resources.DeepCopy()
+	if err := overrideResources(&res, m); err != nil {
+		return nil, err
+	}
+	env := []corev1.EnvVar{}
+	if mem, ok := res.Limits[corev1.ResourceMemory]; ok {
+		// Let the Go GC work harder before the kernel's OOM killer would.
+		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()*9/10, 10)})
+	}
+	labels := map[string]string{}
+	for k, v := range t.Labels {
+		labels[k] = v
+	}
+	labels[LabelComponent] = ComponentMounter
+	labels[LabelKey] = m.Key()
+	labels[LabelNode] = volumeKeyLabel(m.NodeID)
+	tolerations := t.Tolerations
+	if len(tolerations) == 0 {
+		tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}
+	grace := t.TerminationGracePeriodSeconds
+	if grace == nil {
+		grace = ptr.To[int64](60)
+	}
+	staging := &corev1.EmptyDirVolumeSource{}
+	if t.StagingSizeLimit != "" {
+		q := resource.MustParse(t.StagingSizeLimit)
+		staging.SizeLimit = &q
+	}
+	pull := t.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        m.PodName(),
+			Namespace:   namespace,
+			Labels:      labels,
+			Annotations: map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID},
+		},
+		Spec: corev1.PodSpec{
+			NodeSelector:      map[string]string{corev1.LabelHostname: hostname},
+			Tolerations:       tolerations,
+			PriorityClassName: t.PriorityClassName,
+			// Exit 0 is a finished mounter (told to exit after NodeUnstage);
+			// anything else is a crash the node plugin repairs after a restart.
+			RestartPolicy:                 corev1.RestartPolicyOnFailure,
+			HostNetwork:                   t.HostNetwork,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: grace,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](MounterUID),
+				RunAsGroup:     ptr.To[int64](MounterUID),
+				FSGroup:        ptr.To[int64](MounterUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "mounter",
+				Image:           t.Image,
+				ImagePullPolicy: pull,
+				Command:         []string{"/objfuse-mount"},
+				Args:            m.Args(SocketPath, CredentialsDir, StagingDir),
+				Env:             env,
+				Resources:       res,
+				// No liveness probe: restarting a mounter breaks its mounts.
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/objfuse-mount", "--probe", SocketPath}}},
+					PeriodSeconds:    2,
+					TimeoutSeconds:   5,
+					FailureThreshold: 3,
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				SecurityContext: &corev1.SecurityContext{
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					RunAsNonRoot:             ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "socket", MountPath: SocketDir},
+					{Name: "credentials", MountPath: CredentialsDir, ReadOnly: true},
+					{Name: "staging", MountPath: StagingDir},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+					SecretName: m.SecretName(), DefaultMode: ptr.To[int32](0o400),
+				}}},
+				{Name: "staging", VolumeSource: corev1.VolumeSource{EmptyDir: staging}},
+			},
+		},
+	}, nil
+}
+
+// Secret builds the Secret with m's credentials, owned by pod so that it
+// goes when the pod goes.
+func (m Mounter) Secret(pod *corev1.Pod, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      m.SecretName(),
+			Namespace: pod.Namespace,
+			Labels:    map[string]string{LabelComponent: ComponentMounter, LabelKey: m.Key()},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}
+
+func overrideResources(res *corev1.ResourceRequirements, m Mounter) error {
+	if v := m.Volume.Mounter.MemoryLimit; v != "" {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fmt.Errorf("mounterMemoryLimit %q: %w", v, err)
+		}
+		if res.Limits == nil {
+			res.Limits = corev1.ResourceList{}
+		}
+		res.Limits[corev1.ResourceMemory] = q
+		if req, ok := res.Requests[corev1.ResourceMemory]; ok && req.Cmp(q) > 0 {
+			res.Requests[corev1.ResourceMemory] = q
+		}
+	}
+	if v := m.Volume.Mounter.CPURequest; v != "" {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fmt.Errorf("mounterCPURequest %q: %w", v, err)
+		}
+		if res.Requests == nil {
+			res.Requests = corev1.ResourceList{}
+		}
+		res.Requests[corev1.ResourceCPU] = q
+	}
+	return nil
+}
+
+// volumeKeyLabel makes a node name fit a label value (at most 63 characters).
+func volumeKeyLabel(node string) string {
+	if len(node) <= 63 {
+		return node
+	}
+	return node[:46] + "-" + node[len(node)-16:]
+}
