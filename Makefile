@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: build test unit demo demo-down bench lint
+.PHONY: build test unit demo demo-down images bench lint
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
@@ -21,3 +21,17 @@ lint:
 
 bench:
 	go run ./test/bench
+
+# The images (objfuse, sidecars, test, MinIO, pause) built without Docker
+# and imported into the local cluster's containerd when it runs
+# (deploy/image/build.sh; with Docker, `docker build .` builds objfuse).
+images:
+	deploy/image/build.sh all
+
+# A real cluster (kind if Docker answers, else test/local's one-node
+# Kubernetes), MinIO, objfuse and a pod writing through a PVC. Needs root.
+demo:
+	test/local/demo.sh
+
+demo-down:
+	test/local/demo.sh down

@@ -152,8 +152,11 @@ for a in "$@"; do
   esac
 done
 ((${#targets[@]})) || targets=(pause objfuse sidecars test minio)
+# The local cluster's containerd (test/local) unless told otherwise.
+LOCAL_SOCK=/var/lib/objfuse-cluster/containerd/containerd.sock
+[ -z "${CONTAINERD_ADDRESS:-}" ] && [ -S "$LOCAL_SOCK" ] && export CONTAINERD_ADDRESS=$LOCAL_SOCK
 if [ -n "$IMPORT" ] && ! ctr version >/dev/null 2>&1; then
-  log "containerd does not answer at ${CONTAINERD_ADDRESS:-/run/containerd/containerd.sock} (start test/local/up.sh, or use --no-import)"
-  exit 1
+  log "containerd does not answer at ${CONTAINERD_ADDRESS:-/run/containerd/containerd.sock}: writing archives only (start test/local/up.sh to import)"
+  IMPORT=
 fi
 for t in "${targets[@]}"; do "build_$t"; done

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# make demo / make demo-down.
+#
+# demo: a cluster (kind when a Docker engine answers, otherwise the local
+# one-node cluster of test/local), objfuse's images, MinIO and objfuse from
+# the local overlay, then a PVC and a pod that writes files through the
+# mount and reads them back; prints the pod's log and the objects as MinIO
+# sees them, and leaves everything running to look around.
+# down: deletes the demo (and its bucket), objfuse and MinIO, then the
+# cluster.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$REPO_ROOT"
+
+T0=$(date +%s)
+TL=$T0
+step() {
+  local now; now=$(date +%s)
+  printf '\n==> %s  (+%ss, %ss total)\n' "$*" $((now - TL)) $((now - T0)) >&2
+  TL=$now
+}
+
+MODE=local
+if command -v docker >/dev/null && docker info >/dev/null 2>&1 && command -v kind >/dev/null; then
+  MODE=kind
+fi
+if [ "$MODE" = kind ]; then
+  OVERLAY=test/kind
+  KUBECTL=kubectl
+  export KUBECONFIG=$REPO_ROOT/_output/kind/kubeconfig
+else
+  OVERLAY=deploy/kustomize/local
+  KUBECTL=$BIN_DIR/kubectl
+  export KUBECONFIG=$KUBECONFIG_FILE
+fi
+k() { "$KUBECTL" "$@"; }
+s3() { go run ./test/local/s3 "$@"; }
+
+# rollout KIND/NAME SECONDS: waits for a Deployment or DaemonSet, showing
+# why it is not ready if it does not become so.
+rollout() {
+  if ! k -n objfuse-system rollout status "$1" --timeout="${2}s" >&2; then
+    k -n objfuse-system get pods -o wide >&2
+    k -n objfuse-system describe "$1" >&2 | tail -n 20
+    for p in $(k -n objfuse-system get pods -o name); do
+      k -n objfuse-system describe "$p" | sed -n '/^Events:/,$p' >&2
+      k -n objfuse-system logs "$p" --all-containers --tail=20 >&2 || true
+    done
+    return 1
+  fi
+}
+
+down() {
+  if [ "$MODE" = kind ]; then
+    test/kind/down.sh
+    return
+  fi
+  if alive kube-apiserver && alive kubelet; then
+    if k get namespace objfuse-demo >/dev/null 2>&1; then
+      step "deleting the demo (its PVC, then its bucket)"
+      local pvs
+      pvs=$(k get pvc -n objfuse-demo -o 'jsonpath={.items[*].spec.volumeName}' 2>/dev/null || true)
+      k delete namespace objfuse-demo --timeout=120s || true
+      for pv in $pvs; do
+        k wait --for=delete "pv/$pv" --timeout=120s || echo "PV $pv was not deleted (its bucket may remain)" >&2
+      done
+    fi
+    step "deleting objfuse and MinIO"
+    k delete -k "$OVERLAY" --ignore-not-found --timeout=120s >/dev/null || true
+  fi
+  step "stopping the cluster"
+  test/local/down.sh
+}
+
+if [ "${1:-}" = down ]; then
+  down
+  exit
+fi
+
+# --- cluster and images -----------------------------------------------------
+if [ "$MODE" = kind ]; then
+  step "kind cluster and images (Docker answers)"
+  test/kind/up.sh >/dev/null
+else
+  step "local one-node cluster (no Docker engine here)"
+  test/local/up.sh >/dev/null
+  step "images: build and import into containerd"
+  deploy/image/build.sh all
+fi
+
+# --- MinIO and objfuse --------------------------------------------------------
+step "deploying MinIO and objfuse ($OVERLAY)"
+k apply -k "$OVERLAY" >&2
+rollout deployment/minio 180
+s3 wait
+s3 mb shared # the objfuse-minio-shared StorageClass's bucket
+rollout daemonset/objfuse-node 180
+rollout deployment/objfuse-controller 180
+deadline=$(($(date +%s) + 60))
+until k get csinode "$(k get nodes -o 'jsonpath={.items[0].metadata.name}')" \
+  -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null | grep -qw objfuse.csi.io; do
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "objfuse.csi.io did not register with kubelet" >&2; exit 1; }
+  sleep 0.5
+done
+
+# --- the demo -----------------------------------------------------------------
+step "a PVC (StorageClass objfuse-minio: a bucket per volume) and a pod using it"
+k apply -f test/local/demo.yaml >&2
+deadline=$(($(date +%s) + 180))
+until k logs -n objfuse-demo demo 2>/dev/null | grep -q '^demo: done'; do
+  phase=$(k get pod -n objfuse-demo demo -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+  if [ "$(date +%s)" -ge "$deadline" ] || [ "$phase" = Failed ]; then
+    echo "the demo pod did not finish (phase ${phase:-unknown}):" >&2
+    k get pvc,pod -n objfuse-demo -o wide >&2
+    k describe pvc -n objfuse-demo demo-bucket | sed -n '/^Events:/,$p' >&2
+    k describe pod -n objfuse-demo demo | sed -n '/^Events:/,$p' >&2
+    k get volumeattachments,pods -n objfuse-system -o wide >&2
+    k logs -n objfuse-demo demo >&2 || true
+    k logs -n objfuse-system deploy/objfuse-controller --all-containers --tail=30 >&2 || true
+    k logs -n objfuse-system ds/objfuse-node --tail=30 >&2 || true
+    exit 1
+  fi
+  sleep 1
+done
+
+step "what happened"
+pv=$(k get pvc -n objfuse-demo demo-bucket -o 'jsonpath={.spec.volumeName}')
+handle=$(k get pv "$pv" -o 'jsonpath={.spec.csi.volumeHandle}')
+bucket=${handle%%/*}
+echo "--- the pod's log (kubectl logs -n objfuse-demo demo):"
+k logs -n objfuse-demo demo
+echo "--- PVC, PV, VolumeAttachment and the volume's mounter pod:"
+k get pvc -n objfuse-demo
+k get pv "$pv"
+k get volumeattachments
+k get pods -n objfuse-system -o wide
+echo "--- the bucket $bucket as MinIO sees it (go run ./test/local/s3 ls $bucket):"
+s3 ls "$bucket"
+echo "--- s3://$bucket/hello.txt:"
+s3 cat "$bucket" hello.txt
+echo "--- sha256 of s3://$bucket/random.bin (compare with the pod's log): $(s3 cat "$bucket" random.bin | sha256sum | cut -d' ' -f1)"
+step "demo done"
+cat <<EOF
+Look around:
+  export KUBECONFIG=$KUBECONFIG
+  $KUBECTL get pods -A -o wide
+  $KUBECTL exec -n objfuse-demo demo -- ls -l /data
+  $KUBECTL exec -n objfuse-demo demo -- sh -c 'echo more > /data/more.txt'
+  go run ./test/local/s3 ls $bucket
+  go test -tags e2e ./test/e2e      # the e2e suite against this cluster
+Tear down: make demo-down
+EOF
