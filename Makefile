@@ -19,8 +19,11 @@ lint:
 	test -z "$$(gofmt -l .)"
 	go vet ./...
 
+# objfuse against s3fs, rclone mount and raw minio-go on one MinIO (needs
+# root, /dev/fuse, `apt-get install s3fs rclone`); quick run:
+# make bench BENCH_FLAGS="-size 256MiB -rounds 1". See test/bench/main.go.
 bench:
-	go run ./test/bench
+	go run ./test/bench $(BENCH_FLAGS)
 
 # The images (objfuse, sidecars, test, MinIO, pause) built without Docker
 # and imported into the local cluster's containerd when it runs

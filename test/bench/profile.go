@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// profile CPU-profiles one objfuse mount (through --metrics-addr, which
+// also serves /debug/pprof) while it repeats each row's work, and writes
+// DIR/ROW.pprof and DIR/ROW.top.txt (go tool pprof -top). A remount would
+// end the profile, so "cold" here is drop_caches plus waiting out the
+// mount's 1 s caches.
+func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	work := map[string]func(m *mount, i int) error{
+		"write": func(m *mount, i int) error {
+			name := fmt.Sprintf("prof-w%d.bin", i)
+			defer e.client.RemoveObject(context.Background(), e.bucket, e.key(name), minio.RemoveObjectOptions{})
+			if err := writeFile(filepath.Join(m.dir, name), e.size, e.pattern); err != nil {
+				return err
+			}
+			return e.waitSize(name, e.size, 10*time.Minute)
+		},
+		"read": func(m *mount, i int) error {
+			dropCaches()
+			_, err := readAll(filepath.Join(m.dir, seqKey))
+			return err
+		},
+		"rand": func(m *mount, i int) error {
+			dropCaches()
+			time.Sleep(1100 * time.Millisecond)
+			f, err := os.Open(filepath.Join(m.dir, seqKey))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			buf := make([]byte, 4096)
+			for _, off := range e.randOffsets(i) {
+				if _, err := f.ReadAt(buf, off); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"stat": func(m *mount, i int) error {
+			for _, name := range e.statNames(i) {
+				if _, err := os.Stat(filepath.Join(m.dir, name)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"ls": func(m *mount, i int) error {
+			dropCaches()
+			time.Sleep(1100 * time.Millisecond)
+			n := e.lsSizes[len(e.lsSizes)-1]
+			_, err := lsL(filepath.Join(m.dir, lsDir(n)), n)
+			return err
+		},
+		"create": func(m *mount, i int) error {
+			prefix := fmt.Sprintf("prof-c%d", i)
+			defer e.removePrefix(prefix + "/")
+			d := filepath.Join(m.dir, prefix)
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return err
+			}
+			for j := range e.files {
+				if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", j)), e.pattern[:4096], 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	for _, row := range rowOrder {
+		if !rows[row] {
+			continue
+		}
+		m, err := e.startMount(v, true, true)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dir, row+".pprof")
+		logf("profiling objfuse for %ds: %s", secs, row)
+		var done atomic.Bool
+		loopErr := make(chan error, 1)
+		iters := 0
+		go func() {
+			var err error
+			for i := 0; !done.Load() && err == nil; i++ {
+				err = work[row](m, i+1000)
+				iters++
+			}
+			loopErr <- err
+		}()
+		perr := fetchProfile("http://"+m.metrics+"/debug/pprof/profile?seconds="+fmt.Sprint(secs), out)
+		done.Store(true)
+		werr := <-loopErr
+		m.stop()
+		if perr != nil {
+			return perr
+		}
+		if werr != nil {
+			return fmt.Errorf("%s: %w", row, werr)
+		}
+		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", v.bin, out).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go tool pprof: %v: %s", err, top)
+		}
+		os.WriteFile(filepath.Join(dir, row+".top.txt"), top, 0o644)
+		fmt.Printf("\n### objfuse CPU profile, row %s (%d iterations in %ds)\n%s", row, iters, secs, indent(string(top)))
+	}
+	return nil
+}
+
+func fetchProfile(url, out string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ") + "\n"
+}

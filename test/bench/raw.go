@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// The raw minio-go anchors: the same MinIO, no filesystem in between.
+// Each is stored under the key of the filesystem row it bounds, so the
+// table can put them side by side.
+var rawRows = map[string]func(e *env, round int) (map[string]float64, error){
+	"write":  (*env).rawPut,
+	"read":   (*env).rawGet,
+	"rand":   (*env).rawRanged,
+	"stat":   (*env).rawHead,
+	"ls":     (*env).rawList,
+	"create": (*env).rawSmallPuts,
+}
+
+// selfCPU is this process's user plus system CPU time: the raw client's
+// CPU cost, comparable with a daemon's.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// patternReader streams size bytes of the pattern, as writeFile does.
+type patternReader struct {
+	pattern []byte
+	off     int64
+	size    int64
+}
+
+func (r *patternReader) Read(p []byte) (int, error) {
+	if r.off >= r.size {
+		return 0, io.EOF
+	}
+	const block = 1 << 20
+	n := int64(len(p))
+	n = min(n, block, r.size-r.off)
+	s := int(r.off % int64(len(r.pattern)-block))
+	c := copy(p[:n], r.pattern[s:s+int(n)])
+	r.off += int64(c)
+	return c, nil
+}
+
+// rawPut: one PutObject of size bytes with minio-go's defaults.
+func (e *env) rawPut(round int) (map[string]float64, error) {
+	key := fmt.Sprintf("raw/put-r%d.bin", round)
+	defer e.client.RemoveObject(context.Background(), e.bucket, e.key(key), minio.RemoveObjectOptions{})
+	cpu0 := selfCPU()
+	t0 := time.Now()
+	_, err := e.client.PutObject(context.Background(), e.bucket, e.key(key), &patternReader{pattern: e.pattern, size: e.size}, e.size, minio.PutObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	d := time.Since(t0)
+	return map[string]float64{
+		"write_mbps":       float64(e.size) / d.Seconds() / 1e6,
+		"write_close_mbps": float64(e.size) / d.Seconds() / 1e6,
+		"write_cpu":        (selfCPU() - cpu0) / (float64(e.size) / gib),
+	}, nil
+}
+
+// rawGet: one single-stream GetObject of the read object, caches dropped.
+func (e *env) rawGet(round int) (map[string]float64, error) {
+	dropCaches()
+	cpu0 := selfCPU()
+	t0 := time.Now()
+	obj, err := e.client.GetObject(context.Background(), e.bucket, e.key(seqKey), minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		k, err := obj.Read(buf)
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	d := time.Since(t0)
+	if n != e.size {
+		return nil, fmt.Errorf("got %d bytes of %d", n, e.size)
+	}
+	return map[string]float64{
+		"read_mbps": float64(n) / d.Seconds() / 1e6,
+		"read_cpu":  (selfCPU() - cpu0) / (float64(n) / gib),
+	}, nil
+}
+
+// rawRanged: one ranged 4 KiB GET per offset of the round's random reads.
+func (e *env) rawRanged(round int) (map[string]float64, error) {
+	dropCaches()
+	buf := make([]byte, 4096)
+	var lat []float64
+	for _, off := range e.randOffsets(round) {
+		t0 := time.Now()
+		opts := minio.GetObjectOptions{}
+		opts.SetRange(off, off+4095)
+		obj, err := e.client.GetObject(context.Background(), e.bucket, e.key(seqKey), opts)
+		if err != nil {
+			return nil, err
+		}
+		_, err = io.ReadFull(obj, buf)
+		obj.Close()
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, micros(time.Since(t0)))
+	}
+	return map[string]float64{"rand_p50": percentile(lat, 50), "rand_p99": percentile(lat, 99)}, nil
+}
+
+// rawHead: one HEAD round trip per never-listed file of the stat row.
+func (e *env) rawHead(round int) (map[string]float64, error) {
+	var lat []float64
+	for _, name := range e.statNames(round) {
+		t0 := time.Now()
+		if _, err := e.client.StatObject(context.Background(), e.bucket, e.key(name), minio.StatObjectOptions{}); err != nil {
+			return nil, err
+		}
+		lat = append(lat, micros(time.Since(t0)))
+	}
+	return map[string]float64{"stat_p50": percentile(lat, 50), "stat_p99": percentile(lat, 99)}, nil
+}
+
+// rawList: ListObjectsV2 (delimited, as a directory listing) of each
+// listing directory; the same figure stands for cold and warm.
+func (e *env) rawList(round int) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, n := range e.lsSizes {
+		t0 := time.Now()
+		got := 0
+		for o := range e.client.ListObjects(context.Background(), e.bucket, minio.ListObjectsOptions{Prefix: e.key(lsDir(n) + "/")}) {
+			if o.Err != nil {
+				return nil, o.Err
+			}
+			if o.Key != e.key(lsDir(n)+"/") {
+				got++
+			}
+		}
+		d := time.Since(t0).Seconds()
+		if got != n {
+			return nil, fmt.Errorf("listed %d of %d", got, n)
+		}
+		out[fmt.Sprintf("ls_cold_%d", n)] = d
+		out[fmt.Sprintf("ls_warm_%d", n)] = d
+	}
+	return out, nil
+}
+
+// rawSmallPuts: sequential 4 KiB PutObjects, the small-file rate limit of
+// one client doing one thing at a time.
+func (e *env) rawSmallPuts(round int) (map[string]float64, error) {
+	prefix := fmt.Sprintf("raw/small-r%d/", round)
+	defer e.removePrefix(prefix)
+	body := e.pattern[:4096]
+	t0 := time.Now()
+	for i := range e.files {
+		_, err := e.client.PutObject(context.Background(), e.bucket, e.key(fmt.Sprintf("%sf%05d", prefix, i)), bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
+		if err != nil {
+			return nil, err
+		}
+	}
+	fps := float64(e.files) / time.Since(t0).Seconds()
+	return map[string]float64{"create_fps": fps, "create_close_fps": fps}, nil
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// A row measures one or more metrics for one variant in one round.
+type rowFunc func(e *env, v *variant, round int) (map[string]float64, error)
+
+var rowOrder = []string{"write", "read", "rand", "stat", "ls", "create"}
+
+var fsRows = map[string]rowFunc{
+	"write":  (*env).rowWrite,
+	"read":   (*env).rowRead,
+	"rand":   (*env).rowRand,
+	"stat":   (*env).rowStat,
+	"ls":     (*env).rowLs,
+	"create": (*env).rowCreate,
+}
+
+const gib = float64(1 << 30)
+
+// rowWrite copies size bytes into a new file on a fresh mount and times it
+// until a HEAD shows the whole object, sampling the daemon's CPU time and
+// peak RSS.
+func (e *env) rowWrite(v *variant, round int) (map[string]float64, error) {
+	m, err := e.startMount(v, true, false)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+	name := fmt.Sprintf("w-%s-r%d.bin", v.name, round)
+	defer e.client.RemoveObject(context.Background(), e.bucket, e.key(name), minio.RemoveObjectOptions{})
+	cpu0 := cpuSeconds(m.pid)
+	t0 := time.Now()
+	if err := writeFile(filepath.Join(m.dir, name), e.size, e.pattern); err != nil {
+		return nil, fmt.Errorf("write: %w (%s)", err, tail(m.stderr.String()))
+	}
+	closed := time.Since(t0)
+	if err := e.waitSize(name, e.size, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	d := time.Since(t0)
+	cpu := cpuSeconds(m.pid) - cpu0
+	rss := peakRSS(m.pid)
+	return map[string]float64{
+		"write_mbps":       float64(e.size) / d.Seconds() / 1e6,
+		"write_close_mbps": float64(e.size) / closed.Seconds() / 1e6,
+		"write_cpu":        cpu / (float64(e.size) / gib),
+		"write_rss":        rss / 1e6,
+	}, nil
+}
+
+// writeFile writes size bytes of pattern to path in 1 MiB writes and
+// closes it, as cp would.
+func writeFile(path string, size int64, pattern []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	const block = 1 << 20
+	var off int64
+	for off < size {
+		n := int64(block)
+		if size-off < n {
+			n = size - off
+		}
+		p := int(off % int64(len(pattern)-block))
+		if _, err := f.Write(pattern[p : p+int(n)]); err != nil {
+			f.Close()
+			return err
+		}
+		off += n
+	}
+	return f.Close()
+}
+
+// waitSize polls HEAD until key exists with size bytes.
+func (e *env) waitSize(key string, size int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := e.client.StatObject(context.Background(), e.bucket, e.key(key), minio.StatObjectOptions{})
+		if err == nil && st.Size == size {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not complete in S3 after %v (last: size %d, %v)", key, timeout, st.Size, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rowRead reads the pre-uploaded object sequentially on a cold mount.
+func (e *env) rowRead(v *variant, round int) (map[string]float64, error) {
+	m, err := e.startMount(v, true, false)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+	cpu0 := cpuSeconds(m.pid)
+	t0 := time.Now()
+	n, err := readAll(filepath.Join(m.dir, seqKey))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w (%s)", err, tail(m.stderr.String()))
+	}
+	d := time.Since(t0)
+	if n != e.size {
+		return nil, fmt.Errorf("read %d bytes of %d", n, e.size)
+	}
+	cpu := cpuSeconds(m.pid) - cpu0
+	return map[string]float64{
+		"read_mbps": float64(n) / d.Seconds() / 1e6,
+		"read_cpu":  cpu / (float64(n) / gib),
+	}, nil
+}
+
+func readAll(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var total int64
+	for {
+		n, err := f.Read(buf)
+		total += int64(n)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// randOffsets are the 4 KiB-aligned offsets of a round's random reads,
+// the same for every variant and the raw client.
+func (e *env) randOffsets(round int) []int64 {
+	rng := rand.New(rand.NewSource(int64(round) + 1))
+	blocks := e.size/4096 - 1
+	offs := make([]int64, e.randReads)
+	for i := range offs {
+		offs[i] = rng.Int63n(blocks) * 4096
+	}
+	return offs
+}
+
+// rowRand times the first random 4 KiB reads after a cold mount.
+func (e *env) rowRand(v *variant, round int) (map[string]float64, error) {
+	m, err := e.startMount(v, true, false)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+	f, err := os.Open(filepath.Join(m.dir, seqKey))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var lat []float64
+	for _, off := range e.randOffsets(round) {
+		t0 := time.Now()
+		n, err := f.ReadAt(buf, off)
+		if err != nil || n != len(buf) {
+			return nil, fmt.Errorf("pread at %d: %d bytes, %v", off, n, err)
+		}
+		lat = append(lat, micros(time.Since(t0)))
+	}
+	return map[string]float64{"rand_p50": percentile(lat, 50), "rand_p99": percentile(lat, 99)}, nil
+}
+
+// statNames are never-listed files of the largest listing directory.
+func (e *env) statNames(round int) []string {
+	n := e.lsSizes[len(e.lsSizes)-1]
+	rng := rand.New(rand.NewSource(int64(round) + 100))
+	perm := rng.Perm(n)
+	names := make([]string, 0, e.stats)
+	for _, i := range perm[:min(e.stats, n)] {
+		names = append(names, lsKey(n, i))
+	}
+	return names
+}
+
+// rowStat stats files that were never listed, on a cold mount: their
+// directory is looked up first (not timed), then each file once.
+func (e *env) rowStat(v *variant, round int) (map[string]float64, error) {
+	m, err := e.startMount(v, true, false)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+	names := e.statNames(round)
+	if _, err := os.Stat(filepath.Join(m.dir, filepath.Dir(names[0]))); err != nil {
+		return nil, err
+	}
+	var lat []float64
+	for _, name := range names {
+		t0 := time.Now()
+		if _, err := os.Stat(filepath.Join(m.dir, name)); err != nil {
+			return nil, err
+		}
+		lat = append(lat, micros(time.Since(t0)))
+	}
+	return map[string]float64{"stat_p50": percentile(lat, 50), "stat_p99": percentile(lat, 99)}, nil
+}
+
+// rowLs runs `ls -l` of each listing directory on a cold mount, then again
+// right away (warm).
+func (e *env) rowLs(v *variant, round int) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, n := range e.lsSizes {
+		m, err := e.startMount(v, true, false)
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(m.dir, lsDir(n))
+		cold, err := lsL(dir, n)
+		if err == nil {
+			var warm time.Duration
+			warm, err = lsL(dir, n)
+			out[fmt.Sprintf("ls_cold_%d", n)] = cold.Seconds()
+			out[fmt.Sprintf("ls_warm_%d", n)] = warm.Seconds()
+		}
+		m.stop()
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// lsL times `ls -l dir` and checks it shows want entries.
+func lsL(dir string, want int) (time.Duration, error) {
+	cmd := exec.Command("ls", "-l", dir)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	t0 := time.Now()
+	out, err := cmd.Output()
+	d := time.Since(t0)
+	if err != nil {
+		return d, fmt.Errorf("ls -l %s: %w", dir, err)
+	}
+	if got := strings.Count(string(out), "\n") - 1; got != want { // minus the "total" line
+		return d, fmt.Errorf("ls -l %s: %d entries, want %d", dir, got, want)
+	}
+	return d, nil
+}
+
+// rowCreate creates small files in a new directory and times it until a
+// listing of the bucket shows them all.
+func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
+	m, err := e.startMount(v, false, false)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+	prefix := fmt.Sprintf("c-%s-r%d/", v.name, round)
+	defer e.removePrefix(prefix)
+	dir := filepath.Join(m.dir, strings.TrimSuffix(prefix, "/"))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	body := e.pattern[:4096]
+	t0 := time.Now()
+	for i := range e.files {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d", i)), body, 0o644); err != nil {
+			return nil, fmt.Errorf("create: %w (%s)", err, tail(m.stderr.String()))
+		}
+	}
+	closed := time.Since(t0)
+	deadline := time.Now().Add(5 * time.Minute)
+	for e.countFiles(prefix) < e.files {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d files listed after 5 min", e.countFiles(prefix), e.files)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d := time.Since(t0)
+	return map[string]float64{
+		"create_fps":       float64(e.files) / d.Seconds(),
+		"create_close_fps": float64(e.files) / closed.Seconds(),
+	}, nil
+}
+
+func (e *env) countFiles(prefix string) int {
+	n := 0
+	for o := range e.client.ListObjects(context.Background(), e.bucket, minio.ListObjectsOptions{Prefix: e.key(prefix), Recursive: true}) {
+		if o.Err == nil && !strings.HasSuffix(o.Key, "/") && o.Size == 4096 {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *env) removePrefix(prefix string) {
+	ctx := context.Background()
+	ch := e.client.ListObjects(ctx, e.bucket, minio.ListObjectsOptions{Prefix: e.key(prefix), Recursive: true})
+	for err := range e.client.RemoveObjects(ctx, e.bucket, ch, minio.RemoveObjectsOptions{}) {
+		_ = err
+	}
+	e.client.RemoveObject(ctx, e.bucket, e.key(prefix), minio.RemoveObjectOptions{})
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(float64(len(s)-1)*p/100 + 0.5)
+	return s[i]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+var errSkip = errors.New("skipped")
