@@ -1,0 +1,477 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/tags"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/objfuse/objfuse/driver/volume"
+)
+
+// What CreateVolume records on what it makes, so that a repeated call is
+// recognised and DeleteVolume removes only what the driver made: tags on a
+// bucket, metadata on a prefix's marker object.
+const (
+	tagVolume   = "objfuse.csi.io/volume-name"
+	tagCapacity = "objfuse.csi.io/capacity"
+	metaVolume  = "Objfuse-Volume-Name"
+	metaCap     = "Objfuse-Capacity"
+)
+
+const (
+	provisionerSecret = "csi.storage.k8s.io/provisioner-secret"
+	publishSecret     = "csi.storage.k8s.io/controller-publish-secret"
+)
+
+var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+	csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	types := controllerCaps
+	if d.opts.S3Defaults.Endpoint != "" && d.opts.DefaultCredentialsDir != "" {
+		// Listing needs S3 access of the driver's own: ListVolumes carries no secrets.
+		types = append(types[:len(types):len(types)], csi.ControllerServiceCapability_RPC_LIST_VOLUMES)
+	}
+	var caps []*csi.ControllerServiceCapability
+	for _, t := range types {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},
+		}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// checkCapabilities accepts filesystem volumes in every access mode.
+func checkCapabilities(caps []*csi.VolumeCapability) error {
+	if len(caps) == 0 {
+		return status.Error(codes.InvalidArgument, "volume capabilities are required")
+	}
+	for _, c := range caps {
+		if err := checkCapability(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkCapability(c *csi.VolumeCapability) error {
+	if c == nil {
+		return status.Error(codes.InvalidArgument, "volume capability is required")
+	}
+	if c.GetBlock() != nil {
+		return status.Error(codes.InvalidArgument, "objfuse volumes are filesystems: volumeMode Block is not supported")
+	}
+	if c.GetMount() == nil {
+		return status.Error(codes.InvalidArgument, "volume capability needs an access type (mount)")
+	}
+	if fs := c.GetMount().GetFsType(); fs != "" && fs != "fuse.objfuse" && fs != "objfuse" {
+		return status.Errorf(codes.InvalidArgument, "fsType %q: objfuse serves only its own filesystem (leave fsType empty)", fs)
+	}
+	if c.GetAccessMode() == nil || c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_UNKNOWN {
+		return status.Error(codes.InvalidArgument, "volume capability needs an access mode")
+	}
+	return nil
+}
+
+func readOnlyMode(c *csi.VolumeCapability) bool {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		return true
+	}
+	return false
+}
+
+// requestedCapacity is the size to record: S3 has no size, so it is what
+// the user asked for, reported back but not enforced.
+func requestedCapacity(r *csi.CapacityRange) (int64, error) {
+	req, lim := r.GetRequiredBytes(), r.GetLimitBytes()
+	if req < 0 || lim < 0 {
+		return 0, status.Error(codes.InvalidArgument, "capacity may not be negative")
+	}
+	if lim > 0 && req > lim {
+		return 0, status.Errorf(codes.InvalidArgument, "required bytes %d exceed limit bytes %d", req, lim)
+	}
+	if req == 0 {
+		return lim, nil
+	}
+	return req, nil
+}
+
+func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume name is required")
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return nil, err
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, status.Error(codes.InvalidArgument, "objfuse does not clone volumes or restore snapshots (dataSource must be empty)")
+	}
+	capacity, err := requestedCapacity(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	p, err := volume.ParseParams(req.GetParameters(), d.opts.S3Defaults)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "StorageClass %v", err)
+	}
+	creds, err := d.credentials(req.GetSecrets(), provisionerSecret)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.s3Client(p.S3, creds)
+	if err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("create/" + name)()
+
+	v := volume.Volume{ID: volume.ID{S3: p.S3}, Mount: p.Mount, Mounter: p.Mounter}
+	if p.SharedBucket == "" {
+		v.Bucket = volume.BucketFor(name)
+		capacity, err = d.createBucket(ctx, c, p.S3, v.Bucket, name, capacity)
+	} else {
+		v.Bucket, v.Prefix = p.SharedBucket, volume.PrefixFor(p.BasePrefix, name)
+		capacity, err = d.createPrefix(ctx, c, p.S3, v.Bucket, v.Prefix, name, capacity)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:      v.ID.String(),
+		CapacityBytes: capacity,
+		VolumeContext: v.Context(),
+	}}, nil
+}
+
+// createBucket makes the volume's bucket and tags it, or recognises it as
+// made before for the same volume name.
+func (d *Driver) createBucket(ctx context.Context, c *minio.Client, s volume.S3, bucket, name string, capacity int64) (int64, error) {
+	what := fmt.Sprintf("create bucket %q for volume %q", bucket, name)
+	err := c.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: s.Region})
+	if err != nil {
+		code := minio.ToErrorResponse(err).Code
+		if code != "BucketAlreadyOwnedByYou" && code != "BucketAlreadyExists" {
+			return 0, s3Status(err, s.Endpoint, what)
+		}
+		// Ours from an earlier call? Its tags say.
+		t, terr := c.GetBucketTagging(ctx, bucket)
+		if terr != nil && minio.ToErrorResponse(terr).Code != "NoSuchTagSet" {
+			if code == "BucketAlreadyExists" {
+				return 0, s3Status(err, s.Endpoint, what)
+			}
+			return 0, s3Status(terr, s.Endpoint, what)
+		}
+		var have map[string]string
+		if t != nil {
+			have = t.ToMap()
+		}
+		switch {
+		case have[tagVolume] == name:
+			recorded, _ := strconv.ParseInt(have[tagCapacity], 10, 64)
+			if recorded != capacity {
+				return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d, not %d", name, recorded, capacity)
+			}
+			return capacity, nil
+		case have[tagVolume] != "":
+			return 0, status.Errorf(codes.AlreadyExists, "bucket %q belongs to another volume (%q)", bucket, have[tagVolume])
+		case !d.bucketEmpty(ctx, c, bucket):
+			return 0, status.Errorf(codes.AlreadyExists, "bucket %q already exists with data and was not made by objfuse; use a static PersistentVolume to mount it", bucket)
+		}
+		// An empty, untagged bucket: an earlier call made it and failed
+		// before tagging. Finish the job.
+	}
+	t, err := tags.NewTags(map[string]string{tagVolume: tagValue(name), tagCapacity: strconv.FormatInt(capacity, 10)}, false)
+	if err != nil {
+		return 0, status.Errorf(codes.Internal, "%s: tags: %v", what, err)
+	}
+	if err := c.SetBucketTagging(ctx, bucket, t); err != nil {
+		return 0, s3Status(err, s.Endpoint, what+": tag it")
+	}
+	d.log.Info("created bucket", "bucket", bucket, "volume", name, "capacity", capacity)
+	return capacity, nil
+}
+
+// tagValue fits a volume name into an S3 tag value (256 characters).
+func tagValue(name string) string {
+	if len(name) <= 256 {
+		return name
+	}
+	return name[:200] + "-" + volume.Key(name)
+}
+
+func (d *Driver) bucketEmpty(ctx context.Context, c *minio.Client, bucket string) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{MaxKeys: 1, Recursive: true}) {
+		return false
+	}
+	return true
+}
+
+// createPrefix makes the volume's marker object in a shared bucket, or
+// recognises it as made before for the same volume name.
+func (d *Driver) createPrefix(ctx context.Context, c *minio.Client, s volume.S3, bucket, prefix, name string, capacity int64) (int64, error) {
+	what := fmt.Sprintf("create prefix %q in bucket %q for volume %q", prefix, bucket, name)
+	info, err := c.StatObject(ctx, bucket, prefix, minio.StatObjectOptions{})
+	switch {
+	case err == nil:
+		owner := info.UserMetadata[metaVolume]
+		if owner != tagValue(name) {
+			return 0, status.Errorf(codes.AlreadyExists, "prefix %q in bucket %q already exists and belongs to %q", prefix, bucket, owner)
+		}
+		recorded, _ := strconv.ParseInt(info.UserMetadata[metaCap], 10, 64)
+		if recorded != capacity {
+			return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d, not %d", name, recorded, capacity)
+		}
+		return capacity, nil
+	case minio.ToErrorResponse(err).Code == "NoSuchBucket":
+		return 0, status.Errorf(codes.FailedPrecondition, "%s: the shared bucket %q does not exist at %s: create it first", what, bucket, s.Endpoint)
+	case minio.ToErrorResponse(err).StatusCode != 404:
+		return 0, s3Status(err, s.Endpoint, what)
+	}
+	_, err = c.PutObject(ctx, bucket, prefix, strings.NewReader(""), 0, minio.PutObjectOptions{
+		UserMetadata: map[string]string{metaVolume: tagValue(name), metaCap: strconv.FormatInt(capacity, 10)},
+	})
+	if err != nil {
+		if minio.ToErrorResponse(err).Code == "NoSuchBucket" {
+			return 0, status.Errorf(codes.FailedPrecondition, "%s: the shared bucket %q does not exist at %s: create it first", what, bucket, s.Endpoint)
+		}
+		return 0, s3Status(err, s.Endpoint, what)
+	}
+	d.log.Info("created prefix", "bucket", bucket, "prefix", prefix, "volume", name, "capacity", capacity)
+	return capacity, nil
+}
+
+func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	id, err := volume.ParseID(req.GetVolumeId())
+	if err != nil {
+		// Not ours, or malformed: nothing of ours to delete.
+		d.log.Info("delete: not an objfuse volume id; nothing to do", "volume", req.GetVolumeId())
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	creds, err := d.credentials(req.GetSecrets(), provisionerSecret)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.s3Client(id.S3, creds)
+	if err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("create/" + req.GetVolumeId())()
+	if id.Prefix == "" {
+		err = d.deleteBucket(ctx, c, id)
+	} else {
+		err = d.deletePrefix(ctx, c, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+func (d *Driver) deleteBucket(ctx context.Context, c *minio.Client, id volume.ID) error {
+	what := fmt.Sprintf("delete bucket %q", id.Bucket)
+	t, err := c.GetBucketTagging(ctx, id.Bucket)
+	switch code := minio.ToErrorResponse(err).Code; {
+	case code == "NoSuchBucket":
+		return nil
+	case code == "NoSuchTagSet":
+		d.log.Warn("delete: bucket has no objfuse tags; leaving it and its data", "bucket", id.Bucket)
+		return nil
+	case err != nil:
+		return s3Status(err, id.S3.Endpoint, what)
+	}
+	if t.ToMap()[tagVolume] == "" {
+		d.log.Warn("delete: bucket was not made by objfuse; leaving it and its data", "bucket", id.Bucket)
+		return nil
+	}
+	if err := removeAll(ctx, c, id.Bucket, ""); err != nil {
+		return s3Status(err, id.S3.Endpoint, what+": remove objects")
+	}
+	if err := c.RemoveBucket(ctx, id.Bucket); err != nil && minio.ToErrorResponse(err).Code != "NoSuchBucket" {
+		return s3Status(err, id.S3.Endpoint, what)
+	}
+	d.log.Info("deleted bucket", "bucket", id.Bucket)
+	return nil
+}
+
+func (d *Driver) deletePrefix(ctx context.Context, c *minio.Client, id volume.ID) error {
+	what := fmt.Sprintf("delete prefix %q in bucket %q", id.Prefix, id.Bucket)
+	_, err := c.StatObject(ctx, id.Bucket, id.Prefix, minio.StatObjectOptions{})
+	if resp := minio.ToErrorResponse(err); resp.Code == "NoSuchBucket" || resp.StatusCode == 404 {
+		// The marker goes last: without it the volume is already deleted.
+		return nil
+	} else if err != nil {
+		return s3Status(err, id.S3.Endpoint, what)
+	}
+	if err := removeAll(ctx, c, id.Bucket, id.Prefix); err != nil {
+		return s3Status(err, id.S3.Endpoint, what)
+	}
+	d.log.Info("deleted prefix", "bucket", id.Bucket, "prefix", id.Prefix)
+	return nil
+}
+
+// removeAll deletes every object under prefix, the prefix's own marker last.
+func removeAll(ctx context.Context, c *minio.Client, bucket, prefix string) error {
+	objects := make(chan minio.ObjectInfo)
+	var listErr error
+	go func() {
+		defer close(objects)
+		for o := range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+			if o.Err != nil {
+				listErr = o.Err
+				return
+			}
+			if o.Key == prefix {
+				continue
+			}
+			select {
+			case objects <- o:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for r := range c.RemoveObjects(ctx, bucket, objects, minio.RemoveObjectsOptions{}) {
+		if r.Err != nil && minio.ToErrorResponse(r.Err).Code != "NoSuchKey" {
+			return fmt.Errorf("remove %s: %w", r.ObjectName, r.Err)
+		}
+	}
+	if listErr != nil {
+		return listErr
+	}
+	if prefix != "" {
+		if err := c.RemoveObject(ctx, bucket, prefix, minio.RemoveObjectOptions{}); err != nil && minio.ToErrorResponse(err).Code != "NoSuchKey" {
+			return err
+		}
+	}
+	return nil
+}
+
+// volumeExists says whether id's bucket (and marker, for a prefix) exists.
+func volumeExists(ctx context.Context, c *minio.Client, id volume.ID) (bool, error) {
+	if id.Prefix == "" {
+		return c.BucketExists(ctx, id.Bucket)
+	}
+	_, err := c.StatObject(ctx, id.Bucket, id.Prefix, minio.StatObjectOptions{})
+	if resp := minio.ToErrorResponse(err); resp.Code == "NoSuchBucket" || resp.StatusCode == 404 {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume capabilities are required")
+	}
+	v, err := volume.FromContext(req.GetVolumeId(), req.GetVolumeContext(), d.opts.S3Defaults)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q: %v", req.GetVolumeId(), err)
+	}
+	if err := d.checkExists(ctx, v.ID, req.GetSecrets(), req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// checkExists is NotFound when the volume's bucket or prefix is gone.
+func (d *Driver) checkExists(ctx context.Context, id volume.ID, secrets map[string]string, volumeID string) error {
+	creds, err := d.credentials(secrets, publishSecret)
+	if err != nil {
+		return err
+	}
+	c, err := d.s3Client(id.S3, creds)
+	if err != nil {
+		return err
+	}
+	ok, err := volumeExists(ctx, c, id)
+	if err != nil {
+		return s3Status(err, id.S3.Endpoint, "look up volume "+volumeID)
+	}
+	if !ok {
+		return status.Errorf(codes.NotFound, "volume %q: bucket %q (prefix %q) does not exist at %s", volumeID, id.Bucket, id.Prefix, id.S3.Endpoint)
+	}
+	return nil
+}
+
+// ListVolumes lists the buckets this driver made at its default endpoint,
+// ordered by id. The token is the last id returned, so it stays valid when
+// volumes before it are deleted.
+func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries may not be negative")
+	}
+	if tok := req.GetStartingToken(); tok != "" {
+		if _, err := volume.ParseID(tok); err != nil {
+			return nil, status.Errorf(codes.Aborted, "starting token %q was not made by this driver's ListVolumes", tok)
+		}
+	}
+	c, err := d.defaultClient()
+	if err != nil {
+		return nil, err
+	}
+	def := d.opts.S3Defaults
+	s := volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}
+	buckets, err := c.ListBuckets(ctx)
+	if err != nil {
+		return nil, s3Status(err, s.Endpoint, "list buckets")
+	}
+	var entries []*csi.ListVolumesResponse_Entry
+	for _, b := range buckets {
+		t, err := c.GetBucketTagging(ctx, b.Name)
+		if err != nil {
+			code := minio.ToErrorResponse(err).Code
+			if code == "NoSuchTagSet" || code == "NoSuchBucket" {
+				continue
+			}
+			return nil, s3Status(err, s.Endpoint, "list volumes: tags of "+b.Name)
+		}
+		m := t.ToMap()
+		if m[tagVolume] == "" {
+			continue
+		}
+		capacity, _ := strconv.ParseInt(m[tagCapacity], 10, 64)
+		id := volume.ID{S3: s, Bucket: b.Name}
+		entries = append(entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: capacity}})
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Volume.VolumeId < entries[j].Volume.VolumeId })
+	if tok := req.GetStartingToken(); tok != "" {
+		i := sort.Search(len(entries), func(i int) bool { return entries[i].Volume.VolumeId > tok })
+		entries = entries[i:]
+	}
+	next := ""
+	if max := int(req.GetMaxEntries()); max > 0 && len(entries) > max {
+		entries = entries[:max]
+		next = entries[max-1].Volume.VolumeId
+	}
+	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
+}
+
+var errNotAttached = errors.New("not attached")

@@ -1,0 +1,211 @@
+// Package driver serves objfuse's CSI Identity, Controller and Node
+// services. The controller makes buckets (or prefixes) and starts a
+// mounter per (volume, node) through a launcher; the node mounts
+// /dev/fuse, hands the handle to that mounter and bind-mounts the result
+// into pods, and repairs mounts whose mounter died.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/mounter-pod/launcher"
+)
+
+// DefaultName is the CSI driver name.
+const DefaultName = "objfuse.csi.io"
+
+// Mode says which services a driver process serves.
+type Mode string
+
+const (
+	ModeController Mode = "controller"
+	ModeNode       Mode = "node"
+	ModeAll        Mode = "all" // both, for csi-sanity and single-machine use
+)
+
+// Options configure a driver.
+type Options struct {
+	Name    string
+	Version string
+	Mode    Mode
+	// NodeID is this node's name (node mode).
+	NodeID string
+
+	// Defaults for StorageClasses that leave them out; with
+	// DefaultCredentialsDir they also let ListVolumes and Probe reach S3.
+	S3Defaults            volume.Defaults
+	DefaultCredentialsDir string
+	CABundle              string
+
+	// Launcher starts mounters (controller mode).
+	Launcher launcher.Launcher
+	// KubeClient, when set, lets the controller collect orphaned mounter
+	// pods and the node emit Events on pods.
+	KubeClient kubernetes.Interface
+
+	// KubeletDir is kubelet's root directory; mounter sockets live in pod
+	// directories under it (node mode).
+	KubeletDir string
+	// StateDir holds FUSE mountpoints and per-volume state (node mode).
+	StateDir string
+	// ReconcileEvery is how often the node checks its mounts; 0 means 5s.
+	ReconcileEvery time.Duration
+	// ProbeTimeout bounds a check of a FUSE mount; 0 means 2s.
+	ProbeTimeout time.Duration
+	// MounterWait bounds NodeStage's wait for the mounter's socket; 0 means 60s.
+	MounterWait time.Duration
+
+	Logger *slog.Logger
+}
+
+// Driver is the CSI plugin.
+type Driver struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	csi.UnimplementedNodeServer
+
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+	locks   keyLocks
+
+	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
+	abnormalMu sync.Mutex
+	abnormal   map[string]string // volume id → why
+	events     EventSink
+}
+
+// New checks opts and returns a driver.
+func New(opts Options) (*Driver, error) {
+	if opts.Name == "" {
+		opts.Name = DefaultName
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ReconcileEvery == 0 {
+		opts.ReconcileEvery = 5 * time.Second
+	}
+	if opts.ProbeTimeout == 0 {
+		opts.ProbeTimeout = 2 * time.Second
+	}
+	if opts.MounterWait == 0 {
+		opts.MounterWait = 60 * time.Second
+	}
+	switch opts.Mode {
+	case ModeController, ModeNode, ModeAll:
+	default:
+		return nil, fmt.Errorf("mode %q: want controller, node or all", opts.Mode)
+	}
+	if opts.serves(ModeController) && opts.Launcher == nil {
+		return nil, errors.New("controller mode needs a mounter launcher")
+	}
+	if opts.serves(ModeNode) {
+		if opts.NodeID == "" {
+			return nil, errors.New("node mode needs --node-id")
+		}
+		if opts.KubeletDir == "" || opts.StateDir == "" {
+			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
+		}
+	}
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}}
+	d.events = logEvents{d.log}
+	if opts.KubeClient != nil && opts.serves(ModeNode) {
+		d.events = newKubeEvents(opts.KubeClient, opts.Name, opts.NodeID, opts.KubeletDir, d.log)
+	}
+	return d, nil
+}
+
+func (o Options) serves(m Mode) bool { return o.Mode == m || o.Mode == ModeAll }
+
+// Serve serves CSI on endpoint ("unix:///path" or a path) until ctx ends,
+// with the node's reconcile loop and the controller's garbage collector.
+func (d *Driver) Serve(ctx context.Context, endpoint string) error {
+	l, err := Listen(endpoint)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.intercept))
+	csi.RegisterIdentityServer(srv, d)
+	if d.opts.serves(ModeController) {
+		csi.RegisterControllerServer(srv, d)
+	}
+	if d.opts.serves(ModeNode) {
+		csi.RegisterNodeServer(srv, d)
+		if err := os.MkdirAll(d.volumesDir(), 0o700); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		go d.reconcileLoop(ctx)
+	}
+	if d.opts.serves(ModeController) && d.opts.KubeClient != nil {
+		go d.collectLoop(ctx)
+	}
+	go func() {
+		<-ctx.Done()
+		srv.GracefulStop()
+	}()
+	d.log.Info("serving CSI", "endpoint", endpoint, "mode", d.opts.Mode, "name", d.opts.Name, "version", d.opts.Version)
+	return srv.Serve(l)
+}
+
+// Listen opens a CSI endpoint, replacing a stale socket.
+func Listen(endpoint string) (net.Listener, error) {
+	path := endpoint
+	if strings.Contains(endpoint, "://") {
+		u, err := url.Parse(endpoint)
+		if err != nil || u.Scheme != "unix" {
+			return nil, fmt.Errorf("endpoint %q: want unix:///path/to/csi.sock", endpoint)
+		}
+		path = u.Path
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("endpoint %s: %w", endpoint, err)
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// keyLocks serialises operations on one volume.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}
+
+func (k *keyLocks) lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*sync.Mutex{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		k.m[key] = l
+	}
+	k.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}

@@ -1,0 +1,337 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/launcher"
+)
+
+var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
+	csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+	csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	csi.NodeServiceCapability_RPC_VOLUME_CONDITION,
+	csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
+	csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range nodeCaps {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: d.opts.NodeID}, nil
+}
+
+func mountGroup(c *csi.VolumeCapability) (*uint32, error) {
+	g := c.GetMount().GetVolumeMountGroup()
+	if g == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseUint(g, 10, 32)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume mount group %q: want a numeric group id (the pod's fsGroup)", g)
+	}
+	u := uint32(n)
+	return &u, nil
+}
+
+func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetStagingTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	group, err := mountGroup(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	v, err := volume.FromContext(req.GetVolumeId(), req.GetVolumeContext(), volume.Defaults{Endpoint: "http://unused"})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q: %v", req.GetVolumeId(), err)
+	}
+	uid := req.GetPublishContext()[PublishContextMounterUID]
+	if uid == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q has no mounter on this node: publish context lacks %s (did ControllerPublishVolume run?)", req.GetVolumeId(), PublishContextMounterUID)
+	}
+	if _, err := launcher.SocketOnNode(d.opts.KubeletDir, uid); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "publish context: %v", err)
+	}
+	defer d.locks.lock(req.GetVolumeId())()
+
+	st := &stagedVolume{
+		VolumeID: req.GetVolumeId(), Source: "objfuse:" + v.Source(), MounterUID: uid,
+		ReadOnly: readOnlyMode(req.GetVolumeCapability()), MountGroup: group,
+		Staging: req.GetStagingTargetPath(), Targets: map[string]bool{},
+	}
+	if old, err := d.loadState(st.VolumeID); err == nil {
+		if old.Staging != st.Staging {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", st.VolumeID, old.Staging)
+		}
+		st.Targets = old.Targets
+		if d.healthy(st.Staging) {
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+	}
+	if err := os.MkdirAll(d.volumeDir(st.VolumeID), 0o700); err != nil {
+		return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+	}
+	if err := d.saveState(st); err != nil {
+		return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+	}
+	if err := d.mountVolume(ctx, st); err != nil {
+		return nil, err
+	}
+	d.log.Info("staged", "volume", st.VolumeID, "staging", st.Staging, "source", st.Source)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// healthy says whether path is an objfuse mount that answers.
+func (d *Driver) healthy(path string) bool {
+	m, ok, err := isMounted(path)
+	if err != nil || !ok || m.FsType != handoff.FSType {
+		return false
+	}
+	_, err = probe(path, d.opts.ProbeTimeout)
+	return err == nil
+}
+
+// mountVolume (re)builds st's mounts: a fresh FUSE mount served by the
+// mounter, bound at the staging path and every target.
+func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
+	mnt := d.fuseMountpoint(st.VolumeID)
+	for t := range st.Targets {
+		if err := unmountAll(t); err != nil {
+			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+		}
+	}
+	for _, p := range []string{st.Staging, mnt} {
+		if err := unmountAll(p); err != nil {
+			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+		}
+	}
+	if err := d.serveFUSE(ctx, st, mnt); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(st.Staging, 0o750); err != nil {
+		return status.Errorf(codes.Internal, "staging path: %v", err)
+	}
+	if err := bindMount(mnt, st.Staging, st.ReadOnly); err != nil {
+		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+	}
+	for t, ro := range st.Targets {
+		if err := bindMount(st.Staging, t, ro); err != nil {
+			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+		}
+	}
+	return nil
+}
+
+// serveFUSE mounts /dev/fuse at mnt and hands the handle to the mounter,
+// waiting (bounded) for it to come up and to answer "serving".
+func (d *Driver) serveFUSE(ctx context.Context, st *stagedVolume, mnt string) error {
+	socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+	wctx, cancel := context.WithTimeout(ctx, d.opts.MounterWait)
+	defer cancel()
+	var rep handoff.Reply
+	var lastErr error
+	up := waitFor(wctx, 200*time.Millisecond, func() bool {
+		cctx, cancel := context.WithTimeout(wctx, 3*time.Second)
+		defer cancel()
+		rep, lastErr = handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
+		return lastErr == nil
+	})
+	if !up {
+		return status.Errorf(codes.Unavailable, "volume %s: the mounter does not answer at %s: %v", st.VolumeID, socket, lastErr)
+	}
+	if want := strings.TrimPrefix(st.Source, "objfuse:"); strings.TrimSuffix(strings.TrimPrefix(rep.Source, "objfuse:"), "/") != want {
+		return status.Errorf(codes.FailedPrecondition, "volume %s: the mounter at %s serves %q, not %q", st.VolumeID, socket, rep.Source, want)
+	}
+	if rep.Serving {
+		return status.Errorf(codes.FailedPrecondition, "volume %s: the mounter at %s already serves another FUSE connection", st.VolumeID, socket)
+	}
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return status.Errorf(codes.Internal, "mountpoint: %v", err)
+	}
+	fd, err := handoff.MountFUSE(mnt, st.Source, st.ReadOnly)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+	}
+	_, err = handoff.Call(wctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup}, fd)
+	closeFD(fd)
+	if err != nil {
+		unmountAll(mnt)
+		return status.Errorf(codes.Unavailable, "volume %s: hand the FUSE handle to the mounter: %v", st.VolumeID, err)
+	}
+	return nil
+}
+
+func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetStagingTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	defer d.locks.lock(req.GetVolumeId())()
+	if err := unmountAll(req.GetStagingTargetPath()); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	}
+	st, err := d.loadState(req.GetVolumeId())
+	if err == nil && st.MounterUID != "" {
+		// Uploads first: the mounter exits only once nothing is pending,
+		// and says so if it cannot; then kubelet retries.
+		socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err := handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpExit}, -1)
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "pending writes") {
+			return nil, status.Errorf(codes.Unavailable, "unstage %s: %v", req.GetVolumeId(), err)
+		}
+	}
+	if err := unmountAll(d.fuseMountpoint(req.GetVolumeId())); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	}
+	if err := os.RemoveAll(d.volumeDir(req.GetVolumeId())); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	}
+	removeEmptyDir(req.GetStagingTargetPath())
+	d.setAbnormal(req.GetVolumeId(), "")
+	d.log.Info("unstaged", "volume", req.GetVolumeId())
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	case req.GetStagingTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	defer d.locks.lock(req.GetVolumeId())()
+	st, err := d.loadState(req.GetVolumeId())
+	if err != nil || st.Staging != req.GetStagingTargetPath() {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s", req.GetVolumeId(), req.GetStagingTargetPath())
+	}
+	target := req.GetTargetPath()
+	ro := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
+	if m, ok, _ := isMounted(target); ok {
+		if m.FsType == handoff.FSType && st.Targets[target] == ro {
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted with other options", target)
+	}
+	if req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		for t := range st.Targets {
+			if t != target {
+				return nil, status.Errorf(codes.FailedPrecondition, "volume %q is SINGLE_NODE_SINGLE_WRITER and already published at %s", req.GetVolumeId(), t)
+			}
+		}
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "target path: %v", err)
+	}
+	if err := bindMount(st.Staging, target, ro); err != nil {
+		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
+	}
+	st.Targets[target] = ro
+	if err := d.saveState(st); err != nil {
+		unmountAll(target)
+		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
+	}
+	d.log.Info("published", "volume", req.GetVolumeId(), "target", target, "readOnly", ro)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	}
+	defer d.locks.lock(req.GetVolumeId())()
+	if err := unmountAll(req.GetTargetPath()); err != nil {
+		return nil, status.Errorf(codes.Internal, "unpublish %s: %v", req.GetVolumeId(), err)
+	}
+	removeEmptyDir(req.GetTargetPath())
+	if st, err := d.loadState(req.GetVolumeId()); err == nil {
+		delete(st.Targets, req.GetTargetPath())
+		if err := d.saveState(st); err != nil {
+			return nil, status.Errorf(codes.Internal, "unpublish %s: %v", req.GetVolumeId(), err)
+		}
+	}
+	d.log.Info("unpublished", "volume", req.GetVolumeId(), "target", req.GetTargetPath())
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// removeEmptyDir removes a mount's directory if it is empty; a directory
+// with something in it is left alone (it is not ours to delete).
+func removeEmptyDir(path string) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = err
+	}
+}
+
+func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetVolumePath() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume path is required")
+	}
+	st, err := d.loadState(req.GetVolumeId())
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", req.GetVolumeId())
+	}
+	path := req.GetVolumePath()
+	if _, known := st.Targets[path]; !known && path != st.Staging {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", req.GetVolumeId(), path)
+	}
+	if why := d.abnormalReason(req.GetVolumeId()); why != "" {
+		return abnormal(why), nil
+	}
+	if _, ok, _ := isMounted(path); !ok {
+		return abnormal(fmt.Sprintf("%s is not mounted", path)), nil
+	}
+	fs, err := probe(path, d.opts.ProbeTimeout)
+	if err != nil {
+		return abnormal(fmt.Sprintf("the mount does not answer: %v (the node plugin repairs it once its mounter is back)", err)), nil
+	}
+	bs := int64(fs.Bsize)
+	return &csi.NodeGetVolumeStatsResponse{
+		Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: int64(fs.Blocks) * bs, Available: int64(fs.Bavail) * bs, Used: int64(fs.Blocks-fs.Bfree) * bs},
+			{Unit: csi.VolumeUsage_INODES, Total: int64(fs.Files), Available: int64(fs.Ffree), Used: int64(fs.Files - fs.Ffree)},
+		},
+		VolumeCondition: &csi.VolumeCondition{Abnormal: false, Message: "mounted and answering"},
+	}, nil
+}
+
+func abnormal(why string) *csi.NodeGetVolumeStatsResponse {
+	return &csi.NodeGetVolumeStatsResponse{VolumeCondition: &csi.VolumeCondition{Abnormal: true, Message: why}}
+}

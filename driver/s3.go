@@ -1,0 +1,134 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/minio/minio-go/v7"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+)
+
+// Keys a credentials Secret holds: the file names the mounter reads.
+var secretKeys = []string{s3store.AccessKeyFile, s3store.SecretKeyFile, s3store.SessionTokenFile}
+
+// credentials picks a request's secrets, else the driver's default
+// credentials directory, and says clearly what is missing.
+func (d *Driver) credentials(secrets map[string]string, secretParam string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(secrets) > 0 {
+		for _, k := range secretKeys {
+			if v, ok := secrets[k]; ok && v != "" {
+				out[k] = []byte(v)
+			}
+		}
+	} else if dir := d.opts.DefaultCredentialsDir; dir != "" {
+		for _, k := range secretKeys {
+			if b, err := os.ReadFile(filepath.Join(dir, k)); err == nil {
+				out[k] = b
+			}
+		}
+	} else {
+		return nil, status.Errorf(codes.InvalidArgument, "no S3 credentials: set %s-name and %s-namespace in the StorageClass to a Secret with keys %s and %s",
+			secretParam, secretParam, s3store.AccessKeyFile, s3store.SecretKeyFile)
+	}
+	for _, k := range []string{s3store.AccessKeyFile, s3store.SecretKeyFile} {
+		if len(out[k]) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "S3 credentials Secret has no key %q: it needs %s and %s", k, s3store.AccessKeyFile, s3store.SecretKeyFile)
+		}
+	}
+	return out, nil
+}
+
+// s3Client connects to a volume's endpoint with creds.
+func (d *Driver) s3Client(s volume.S3, creds map[string][]byte) (*minio.Client, error) {
+	c, err := s3store.NewClient(s3store.Config{
+		Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle, CABundle: d.opts.CABundle,
+		MaxRetries: 2,
+		Keys: &s3store.Keys{
+			AccessKeyID:     string(creds[s3store.AccessKeyFile]),
+			SecretAccessKey: string(creds[s3store.SecretKeyFile]),
+			SessionToken:    string(creds[s3store.SessionTokenFile]),
+		},
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "S3 endpoint %s: %v", s.Endpoint, err)
+	}
+	return c, nil
+}
+
+// defaultClient is the driver's own S3 client, for ListVolumes and Probe.
+func (d *Driver) defaultClient() (*minio.Client, error) {
+	if d.opts.S3Defaults.Endpoint == "" || d.opts.DefaultCredentialsDir == "" {
+		return nil, status.Error(codes.FailedPrecondition, "the driver has no default S3 endpoint and credentials (--s3-endpoint, --s3-credentials-dir)")
+	}
+	creds, err := d.credentials(nil, "")
+	if err != nil {
+		return nil, err
+	}
+	def := d.opts.S3Defaults
+	return d.s3Client(volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}, creds)
+}
+
+func regionOr(r string) string {
+	if r == "" {
+		return volume.DefaultRegion
+	}
+	return r
+}
+
+// endpointAnswers is nil when the default endpoint gives any S3 answer.
+func (d *Driver) endpointAnswers(ctx context.Context) error {
+	c, err := d.defaultClient()
+	if err != nil {
+		return err
+	}
+	_, err = c.ListBuckets(ctx)
+	if err == nil || minio.ToErrorResponse(err).Code != "" {
+		return nil
+	}
+	return err
+}
+
+// s3Status turns an S3 failure into a gRPC status a user can act on: the
+// code tells the sidecars whether to retry, the message what to fix.
+func s3Status(err error, endpoint, what string) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // already explained
+	}
+	resp := minio.ToErrorResponse(err)
+	msg := fmt.Sprintf("%s at %s: %s", what, endpoint, err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "%s at %s: no answer in time", what, endpoint)
+	case errors.Is(err, context.Canceled):
+		return status.Errorf(codes.Canceled, "%s: canceled", what)
+	case resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
+		return status.Errorf(codes.PermissionDenied, "%s: %s rejected the credentials (%s): check accessKeyID and secretAccessKey in the Secret", what, endpoint, resp.Code)
+	case resp.Code == "AccessDenied" || resp.StatusCode == http.StatusForbidden:
+		return status.Errorf(codes.PermissionDenied, "%s: %s denied access (%s): check the credentials and their policy", what, endpoint, resp.Code)
+	case resp.Code == "NoSuchBucket":
+		return status.Errorf(codes.NotFound, "%s: bucket %q does not exist at %s", what, resp.BucketName, endpoint)
+	case resp.Code == "InvalidBucketName":
+		return status.Errorf(codes.InvalidArgument, "%s: %s", what, resp.Message)
+	case resp.Code == "BucketAlreadyExists":
+		return status.Errorf(codes.AlreadyExists, "%s: bucket name %q is taken by another account; use a shared bucket (parameter \"bucket\")", what, resp.BucketName)
+	case resp.Code == "TooManyBuckets":
+		return status.Errorf(codes.ResourceExhausted, "%s: %s has too many buckets; use a shared bucket (parameter \"bucket\")", what, endpoint)
+	case resp.Code == "BucketNotEmpty":
+		return status.Errorf(codes.FailedPrecondition, "%s", msg)
+	case resp.Code == "" || resp.StatusCode >= 500:
+		return status.Errorf(codes.Unavailable, "%s: cannot reach S3 endpoint %s: %v", what, endpoint, err)
+	}
+	return status.Errorf(codes.Internal, "%s", msg)
+}

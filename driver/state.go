@@ -1,0 +1,104 @@
+package driver
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/objfuse/objfuse/driver/volume"
+)
+
+// stagedVolume is what the node remembers of a staged volume, so that the
+// reconcile loop can rebuild its mounts after the mounter restarts, even
+// after the node plugin itself restarted.
+type stagedVolume struct {
+	VolumeID   string          `json:"volumeID"`
+	Source     string          `json:"source"` // objfuse:bucket[/prefix]
+	MounterUID string          `json:"mounterUID"`
+	ReadOnly   bool            `json:"readOnly"`
+	MountGroup *uint32         `json:"mountGroup,omitempty"`
+	Staging    string          `json:"staging"`
+	Targets    map[string]bool `json:"targets"` // path → read-only
+}
+
+func (d *Driver) volumesDir() string { return filepath.Join(d.opts.StateDir, "volumes") }
+
+// volumeDir is the node's directory for a volume: a hash of its id, so an
+// id can never name a path outside the state directory.
+func (d *Driver) volumeDir(volumeID string) string {
+	return filepath.Join(d.volumesDir(), volume.Key(volumeID))
+}
+
+// fuseMountpoint is where the FUSE filesystem itself is mounted; staging
+// and targets are bind mounts of it.
+func (d *Driver) fuseMountpoint(volumeID string) string {
+	return filepath.Join(d.volumeDir(volumeID), "mnt")
+}
+
+func (d *Driver) stateFile(volumeID string) string {
+	return filepath.Join(d.volumeDir(volumeID), "volume.json")
+}
+
+func (d *Driver) loadState(volumeID string) (*stagedVolume, error) {
+	return readState(d.stateFile(volumeID))
+}
+
+func readState(path string) (*stagedVolume, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s stagedVolume
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("state %s: %w", path, err)
+	}
+	if s.Targets == nil {
+		s.Targets = map[string]bool{}
+	}
+	return &s, nil
+}
+
+// saveState writes atomically, so a crash leaves the old or the new state.
+func (d *Driver) saveState(s *stagedVolume) error {
+	b, _ := json.MarshalIndent(s, "", "  ")
+	path := d.stateFile(s.VolumeID)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// stagedVolumes lists every volume this node has staged.
+func (d *Driver) stagedVolumes() []*stagedVolume {
+	files, _ := filepath.Glob(filepath.Join(d.volumesDir(), "*", "volume.json"))
+	sort.Strings(files)
+	var out []*stagedVolume
+	for _, f := range files {
+		if s, err := readState(f); err == nil {
+			out = append(out, s)
+		} else {
+			d.log.Warn("unreadable volume state", "file", f, "err", err)
+		}
+	}
+	return out
+}
+
+func (d *Driver) setAbnormal(volumeID, why string) {
+	d.abnormalMu.Lock()
+	defer d.abnormalMu.Unlock()
+	if why == "" {
+		delete(d.abnormal, volumeID)
+	} else {
+		d.abnormal[volumeID] = why
+	}
+	d.metrics.abnormal.Set(float64(len(d.abnormal)))
+}
+
+func (d *Driver) abnormalReason(volumeID string) string {
+	d.abnormalMu.Lock()
+	defer d.abnormalMu.Unlock()
+	return d.abnormal[volumeID]
+}
