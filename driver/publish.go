@@ -55,6 +55,8 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	defer d.locks.lock("publish/" + m.Key())()
 	uid, err := d.opts.Launcher.Launch(ctx, m, creds)
 	switch {
+	case errors.Is(err, launcher.ErrIncompatible):
+		return nil, status.Errorf(codes.AlreadyExists, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
 	case errors.Is(err, launcher.ErrFailed):
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
 	case errors.Is(err, launcher.ErrNotReady):

@@ -12,8 +12,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SocketName is the mounter's socket inside a volume's shared directory.
@@ -51,8 +54,12 @@ type Reply struct {
 // Call sends req (with fd attached when fd >= 0) to the mounter listening
 // at socket and returns its reply.
 func Call(ctx context.Context, socket string, req Request, fd int) (Reply, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	var conn net.Conn
+	err := withShortPath(socket, func(path string) (err error) {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "unix", path)
+		return err
+	})
 	if err != nil {
 		return Reply{}, fmt.Errorf("connect to mounter at %s: %w", socket, err)
 	}
@@ -147,10 +154,33 @@ func Listen(socket string) (*net.UnixListener, error) {
 	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
 		return nil, fmt.Errorf("remove stale socket %s: %w", socket, err)
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	var l *net.UnixListener
+	err := withShortPath(socket, func(path string) (err error) {
+		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socket, err)
 	}
+	l.SetUnlinkOnClose(false) // the short name may be gone; a restart replaces the socket
 	os.Chmod(socket, 0o600)
 	return l, nil
+}
+
+// maxSocketPath is what fits in a sockaddr_un with its NUL.
+const maxSocketPath = 107
+
+// withShortPath calls fn with a name for socket that fits in a
+// sockaddr_un. A socket deep in kubelet's pod directories can be longer
+// than that; it is then reached through an O_PATH handle on its directory.
+func withShortPath(socket string, fn func(path string) error) error {
+	if len(socket) <= maxSocketPath {
+		return fn(socket)
+	}
+	dir, err := unix.Open(filepath.Dir(socket), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	return fn(fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(socket)))
 }

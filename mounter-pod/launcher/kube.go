@@ -87,6 +87,9 @@ func (k *Kube) ensurePod(ctx context.Context, want *corev1.Pod) (*corev1.Pod, er
 		}
 		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 		if pod.DeletionTimestamp == nil && !finished {
+			if pod.Annotations[spec.AnnotationReadOnly] != want.Annotations[spec.AnnotationReadOnly] {
+				return nil, fmt.Errorf("%w: mounter pod %s has read-only=%s", ErrIncompatible, pod.Name, pod.Annotations[spec.AnnotationReadOnly])
+			}
 			return pod, nil
 		}
 		if err := k.deleteAndWait(ctx, pod.Name); err != nil {

@@ -33,6 +33,9 @@ var (
 	ErrFailed = errors.New("mounter failed")
 	// ErrNotReady: the mounter did not become ready in time (Pending).
 	ErrNotReady = errors.New("mounter not ready")
+	// ErrIncompatible: a mounter for the same volume and node runs with
+	// other options (read-only or not).
+	ErrIncompatible = errors.New("volume already published to this node with other options")
 )
 
 // socketVolume is the name of the mounter pod's emptyDir for its socket.

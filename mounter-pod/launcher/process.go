@@ -37,7 +37,8 @@ type Process struct {
 }
 
 type proc struct {
-	uid  string
+	uid      string
+	readOnly bool
 	stop chan struct{}
 	done chan struct{}
 
@@ -81,6 +82,9 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 			return "", err
 		}
 		p.procs[m.Key()] = pr
+	} else if pr.readOnly != m.ReadOnly {
+		p.mu.Unlock()
+		return "", fmt.Errorf("%w: running read-only=%t", ErrIncompatible, pr.readOnly)
 	}
 	p.mu.Unlock()
 
@@ -126,7 +130,12 @@ func (p *Process) start(m spec.Mounter, creds map[string][]byte) (*proc, error) 
 	dir := filepath.Join(p.StateDir, "mounters", m.Key())
 	credDir, staging := filepath.Join(dir, "credentials"), filepath.Join(dir, "staging")
 	for _, d := range []string{filepath.Dir(socket), credDir, staging} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		// Parents stay root's but traversable, as kubelet's pod
+		// directories are; the leaf is the mounter's own.
+		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+			return nil, fmt.Errorf("mounter %s: %w", m.Key(), err)
+		}
+		if err := os.Mkdir(d, 0o700); err != nil && !os.IsExist(err) {
 			return nil, fmt.Errorf("mounter %s: %w", m.Key(), err)
 		}
 		if err := p.chown(d); err != nil {
@@ -142,7 +151,7 @@ func (p *Process) start(m spec.Mounter, creds map[string][]byte) (*proc, error) 
 			return nil, err
 		}
 	}
-	pr := &proc{uid: uid, stop: make(chan struct{}), done: make(chan struct{}), stderr: &tail{}}
+	pr := &proc{uid: uid, readOnly: m.ReadOnly, stop: make(chan struct{}), done: make(chan struct{}), stderr: &tail{}}
 	args := m.Args(socket, credDir, staging)
 	if err := pr.run(p, args); err != nil {
 		return nil, err

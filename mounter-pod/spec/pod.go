@@ -19,6 +19,8 @@ const (
 	LabelNode        = "objfuse.csi.io/node"
 	AnnotationVolume = "objfuse.csi.io/volume-id"
 	AnnotationNode   = "objfuse.csi.io/node-id"
+	// AnnotationReadOnly tells a repeated publish whether it matches.
+	AnnotationReadOnly = "objfuse.csi.io/read-only"
 )
 
 // MounterUID is the unprivileged user the mounter runs as ("nobody").
@@ -106,7 +108,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 			Name:        m.PodName(),
 			Namespace:   namespace,
 			Labels:      labels,
-			Annotations: map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID},
+			Annotations: map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)},
 		},
 		Spec: corev1.PodSpec{
 			NodeSelector:      map[string]string{corev1.LabelHostname: hostname},
