@@ -74,7 +74,7 @@ fi
 stop containerd 20
 # containerd-shim processes of this containerd (they name its socket).
 for d in /proc/[0-9]*; do
-  if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK "; then
+  if { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK "; then
     log "killing leftover shim ${d#/proc/}"
     kill -KILL "${d#/proc/}" 2>/dev/null
   fi
