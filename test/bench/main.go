@@ -50,6 +50,7 @@ type env struct {
 	rcloneConf string
 	bucket     string
 	prefix     string // every key the mounts see is under it ("" or "dir/")
+	proxy      *counter
 	work       string
 	client     *minio.Client
 	pattern    []byte
@@ -98,9 +99,13 @@ func run() (code int) {
 		profDir    = flag.String("profile", "", "after the rounds, CPU-profile objfuse through its pprof endpoint for each row and write the profiles and their tops here")
 		profSecs   = flag.Int("profile-seconds", 15, "length of each CPU profile")
 		prefix     = flag.String("prefix", "", "mount this key prefix of the bucket rather than its root")
+		countReqs  = flag.Bool("count-requests", false, "send the filesystems' S3 traffic through a counting proxy and print the requests of each row (adds a hop: figures are not comparable with runs without it)")
 		keep       = flag.Bool("keep", false, "keep the work directory (MinIO data, caches)")
 	)
 	flag.Parse()
+	if reexecWithoutPreemptionSignals() {
+		return 1 // only if the exec failed
+	}
 	size, err := parseSize(*sizeFlag)
 	if err != nil || size < 16<<20 {
 		fmt.Fprintf(os.Stderr, "bench: -size %q: want at least 16MiB (%v)\n", *sizeFlag, err)
@@ -195,12 +200,22 @@ func run() (code int) {
 		fmt.Fprintln(os.Stderr, "bench: MinIO did not start (see test/miniotest for how to install it)")
 		return 1
 	}
+	if *countReqs {
+		c, err := startCounter(srv.Endpoint)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer c.close()
+		e.proxy = c
+	}
 	if err := e.setup(srv); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: setup:", err)
 		return 1
 	}
 
 	res := results{}
+	reqs := reqLog{}
 	for round := range *rounds {
 		for _, row := range rowOrder {
 			if !rows[row] {
@@ -223,7 +238,13 @@ func run() (code int) {
 						continue
 					}
 					name = v.name
+					if e.proxy != nil {
+						e.proxy.take()
+					}
 					got, err = fsRows[row](e, v, round)
+					if e.proxy != nil {
+						reqs.add(row, name, e.proxy.take())
+					}
 				}
 				res.add(name, got)
 				if err != nil {
@@ -252,6 +273,13 @@ func run() (code int) {
 		}
 	}
 	printTable(os.Stdout, e, res, vs, cfg, notes)
+	if e.proxy != nil {
+		var names []string
+		for _, v := range vs {
+			names = append(names, v.name)
+		}
+		reqs.print(os.Stdout, names)
+	}
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(map[string]any{"config": cfg, "rounds": res}, "", "  ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
@@ -276,6 +304,9 @@ func run() (code int) {
 // which every filesystem here understands).
 func (e *env) setup(srv *miniotest.Server) error {
 	e.endpoint = srv.Endpoint
+	if e.proxy != nil {
+		e.endpoint = "http://" + e.proxy.addr
+	}
 	e.credsDir = srv.CredsDir
 	e.bucket = "bench"
 	e.s3fsPasswd = filepath.Join(e.work, "s3fs-passwd")
@@ -284,7 +315,7 @@ func (e *env) setup(srv *miniotest.Server) error {
 	}
 	e.rcloneConf = filepath.Join(e.work, "rclone.conf")
 	conf := fmt.Sprintf("[bench]\ntype = s3\nprovider = Minio\nenv_auth = false\naccess_key_id = %s\nsecret_access_key = %s\nendpoint = %s\nregion = us-east-1\nno_check_bucket = true\n",
-		miniotest.AccessKey, miniotest.SecretKey, srv.Endpoint)
+		miniotest.AccessKey, miniotest.SecretKey, e.endpoint)
 	if err := os.WriteFile(e.rcloneConf, []byte(conf), 0o600); err != nil {
 		return err
 	}
@@ -358,6 +389,30 @@ func (e *env) putMany(n int) error {
 	default:
 		return nil
 	}
+}
+
+// reexecWithoutPreemptionSignals restarts this program with Go's
+// asynchronous preemption off, unless GODEBUG already says how it wants
+// it. The harness is the workload: with preemption on, the runtime's
+// SIGURGs land on threads blocked in FUSE calls, the kernel turns them
+// into FUSE_INTERRUPT, and objfuse (as of this writing) cancels the S3
+// request and fails the call with EIO (on close(2): the file is lost).
+// cp, dd and ls get no such signals. GODEBUG=asyncpreemptoff=0 shows it.
+func reexecWithoutPreemptionSignals() bool {
+	g := os.Getenv("GODEBUG")
+	if strings.Contains(g, "asyncpreemptoff") {
+		return false
+	}
+	if g != "" {
+		g += ","
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	err = syscall.Exec(self, os.Args, append(os.Environ(), "GODEBUG="+g+"asyncpreemptoff=1"))
+	fmt.Fprintln(os.Stderr, "bench: re-exec with GODEBUG=asyncpreemptoff=1:", err)
+	return true
 }
 
 // buildObjfuse builds cmd/objfuse-mount of the module this runs in.

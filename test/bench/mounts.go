@@ -95,6 +95,11 @@ var (
 // kernel shows the mount. cold wipes the variant's cache and drops the
 // kernel's page, dentry and inode caches first.
 func (e *env) startMount(v *variant, cold bool, withMetrics bool) (*mount, error) {
+	if e.proxy != nil {
+		// A row's requests are those of its work, not of mounting.
+		e.proxy.pause(true)
+		defer e.proxy.pause(false)
+	}
 	for attempt := 1; ; attempt++ {
 		m, err := e.startMountOnce(v, cold, withMetrics)
 		if m != nil || !v.objfuse || attempt == maxStarts || !strings.Contains(err.Error(), "context canceled") {

@@ -115,12 +115,14 @@ func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) er
 		if werr != nil {
 			return fmt.Errorf("%s: %w", row, werr)
 		}
-		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", v.bin, out).CombinedOutput()
+		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", v.bin, out).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("go tool pprof: %v: %s", err, top)
 		}
-		os.WriteFile(filepath.Join(dir, row+".top.txt"), top, 0o644)
-		fmt.Printf("\n### objfuse CPU profile, row %s (%d iterations in %ds)\n%s", row, iters, secs, indent(string(top)))
+		// Cumulative, objfuse's own frames and what they call into.
+		cum, _ := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=25", "-focus", "objfuse|go-fuse|minio-go", v.bin, out).CombinedOutput()
+		os.WriteFile(filepath.Join(dir, row+".top.txt"), append(top, cum...), 0o644)
+		fmt.Printf("\n### objfuse CPU profile, row %s (%d iterations in %ds)\n%s\n%s", row, iters, secs, indent(string(top)), indent(string(cum)))
 	}
 	return nil
 }
