@@ -264,7 +264,19 @@ func parseMount(in map[string]string) (MountOptions, error) {
 			*n.dst = i
 		}
 	}
+	// objfuse-mount's defaults: 8 MiB parts, 64 MiB of buffers.
+	part, mem := or(m.PartSizeMiB, 8), or(m.MemoryLimitMiB, 64)
+	if mem < 2*part {
+		return m, &ParseError{Param: ParamPartSizeMiB, Value: strconv.Itoa(part), Reason: fmt.Sprintf("memoryLimitMiB (%d) must hold at least two parts", mem)}
+	}
 	return m, nil
+}
+
+func or(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // Map renders options back to parameters, for a volume context.

@@ -39,8 +39,8 @@ type Process struct {
 type proc struct {
 	uid      string
 	readOnly bool
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd

@@ -57,9 +57,9 @@ var (
 	buildErr  error
 )
 
-// mounterBinary builds objfuse-mount once per test binary into a directory
+// MounterBinary builds objfuse-mount once per test binary into a directory
 // nobody can read and execute.
-func mounterBinary(t testing.TB) string {
+func MounterBinary(t testing.TB) string {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "objfuse-mount-bin-")
 		if err != nil {
@@ -90,7 +90,7 @@ func Start(t testing.TB, o Options) *Env {
 		o.ReconcileEvery = time.Second
 	}
 	srv := miniotest.Start(t)
-	bin := mounterBinary(t)
+	bin := MounterBinary(t)
 	dir, err := os.MkdirTemp("", "objfuse-csi-")
 	if err != nil {
 		t.Fatal(err)
@@ -184,3 +184,6 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(string(b[:len(b)-1]))
 	return len(b), nil
 }
+
+// SecretKey is the test MinIO's secret, for checks that it never leaks.
+func SecretKey() string { return miniotest.SecretKey }

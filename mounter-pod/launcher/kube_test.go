@@ -1,0 +1,216 @@
+package launcher_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+const ns = "objfuse-system"
+
+func kubeLauncher(t *testing.T) (*launcher.Kube, *fake.Clientset) {
+	t.Helper()
+	kc := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: "node-a", Labels: map[string]string{corev1.LabelHostname: "host-a"},
+	}})
+	tmpl := spec.Template{
+		Image: "objfuse:test", PriorityClassName: "objfuse-mounter",
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+	}
+	return &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 2 * time.Second, Poll: 10 * time.Millisecond, Logger: slog.Default()}, kc
+}
+
+func testMounter() spec.Mounter {
+	return spec.Mounter{VolumeID: "objfuse1|http://s3:9000|us-east-1|true|pvc-1|", NodeID: "node-a", Volume: volume.Volume{
+		ID: volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1", PathStyle: true}, Bucket: "pvc-1"},
+	}}
+}
+
+// setStatus plays kubelet: the pod is created with this status.
+func setStatus(t *testing.T, kc *fake.Clientset, name string, st corev1.PodStatus) {
+	kc.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		p.Status = st
+		p.UID = types.UID("11111111-2222-3333-4444-555555555555")
+		p.CreationTimestamp = metav1.Now()
+		return false, nil, nil // let the tracker store it
+	})
+}
+
+func TestKubeLaunchReady(t *testing.T) {
+	k, kc := kubeLauncher(t)
+	m := testMounter()
+	secret := "s3cr3t-value"
+	setStatus(t, kc, m.PodName(), corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}})
+	uid, err := k.Launch(context.Background(), m, map[string][]byte{"accessKeyID": []byte("AK"), "secretAccessKey": []byte(secret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid != "11111111-2222-3333-4444-555555555555" {
+		t.Fatalf("uid %q", uid)
+	}
+	pod, err := kc.CoreV1().Pods(ns).Get(context.Background(), m.PodName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPodIsUnprivileged(t, pod, secret)
+	if got := pod.Spec.NodeSelector[corev1.LabelHostname]; got != "host-a" {
+		t.Errorf("node selector %q, want the node's hostname label host-a", got)
+	}
+	if len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Operator != corev1.TolerationOpExists {
+		t.Errorf("tolerations %v, want tolerate everything", pod.Spec.Tolerations)
+	}
+	if pod.Spec.PriorityClassName != "objfuse-mounter" {
+		t.Errorf("priority class %q", pod.Spec.PriorityClassName)
+	}
+	c := pod.Spec.Containers[0]
+	if env := envOf(c, "GOMEMLIMIT"); env != "241591910" {
+		t.Errorf("GOMEMLIMIT %q, want 90%% of 256Mi", env)
+	}
+	if c.LivenessProbe != nil || c.ReadinessProbe == nil {
+		t.Errorf("want a readiness probe and no liveness probe (a restart breaks mounts)")
+	}
+	sec, err := kc.CoreV1().Secrets(ns).Get(context.Background(), m.SecretName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].Name != pod.Name || sec.OwnerReferences[0].Kind != "Pod" {
+		t.Errorf("secret owners %v, want the mounter pod", sec.OwnerReferences)
+	}
+	if string(sec.Data["secretAccessKey"]) != secret {
+		t.Errorf("secret does not hold the credentials")
+	}
+}
+
+func checkPodIsUnprivileged(t *testing.T, pod *corev1.Pod, secret string) {
+	t.Helper()
+	psc := pod.Spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("pod must run as non-root: %+v", psc)
+	}
+	if pod.Spec.HostPID || pod.Spec.HostIPC {
+		t.Errorf("pod shares host namespaces")
+	}
+	if pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken {
+		t.Errorf("pod gets an API token it does not need")
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("volume %s is a hostPath", v.Name)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("container %s may be privileged: %+v", c.Name, sc)
+		}
+		if sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("container %s capabilities %+v, want drop ALL", c.Name, sc.Capabilities)
+		}
+		for _, e := range c.Env {
+			if strings.Contains(e.Value, secret) || e.ValueFrom != nil {
+				t.Errorf("env %s carries a secret", e.Name)
+			}
+		}
+		for _, a := range append(c.Command, c.Args...) {
+			if strings.Contains(a, secret) || strings.Contains(a, "AK") && !strings.Contains(a, "--") {
+				t.Errorf("argument %q carries a secret", a)
+			}
+		}
+	}
+}
+
+func envOf(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// Why a mounter is not ready reaches the caller: the scheduler's reason
+// for a Pending pod, a crashed mounter's termination message.
+func TestKubeLaunchReasons(t *testing.T) {
+	tests := []struct {
+		name   string
+		status corev1.PodStatus
+		want   error
+		says   string
+	}{
+		{"pending: insufficient memory", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient memory.",
+		}}}, launcher.ErrNotReady, "Insufficient memory"},
+		{"image missing", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: `image "objfuse:test" is not present`}},
+		}}}, launcher.ErrFailed, "ErrImageNeverPull"},
+		{"bad credentials", corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "http://s3:9000 does not know the access key (InvalidAccessKeyId)"}},
+		}}}, launcher.ErrFailed, "InvalidAccessKeyId"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k, kc := kubeLauncher(t)
+			m := testMounter()
+			setStatus(t, kc, m.PodName(), tc.status)
+			_, err := k.Launch(context.Background(), m, map[string][]byte{"accessKeyID": []byte("a"), "secretAccessKey": []byte("b")})
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("err %v, want %v saying %q", err, tc.want, tc.says)
+			}
+		})
+	}
+}
+
+func TestKubeLaunchUnknownNode(t *testing.T) {
+	k, _ := kubeLauncher(t)
+	ok, err := k.NodeExists(context.Background(), "node-b")
+	if err != nil || ok {
+		t.Fatalf("NodeExists(node-b) = %v, %v", ok, err)
+	}
+}
+
+func TestKubeStopAndOrphans(t *testing.T) {
+	k, kc := kubeLauncher(t)
+	m := testMounter()
+	setStatus(t, kc, m.PodName(), corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}})
+	if _, err := k.Launch(context.Background(), m, map[string][]byte{"accessKeyID": []byte("a"), "secretAccessKey": []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	// Attached: kept.
+	n, err := k.CollectOrphans(context.Background(), 0, func(v, node string) bool { return v == m.VolumeID && node == m.NodeID })
+	if err != nil || n != 0 {
+		t.Fatalf("collected %d (%v) while attached", n, err)
+	}
+	// Not attached, but younger than the grace period: kept.
+	if n, _ := k.CollectOrphans(context.Background(), time.Hour, func(string, string) bool { return false }); n != 0 {
+		t.Fatalf("collected a young pod")
+	}
+	if n, _ := k.CollectOrphans(context.Background(), 0, func(string, string) bool { return false }); n != 1 {
+		t.Fatalf("collected %d orphans, want 1", n)
+	}
+	if err := k.Stop(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Secrets(ns).Get(context.Background(), m.SecretName(), metav1.GetOptions{}); err == nil {
+		t.Fatal("secret left after Stop")
+	}
+	if err := k.Stop(context.Background(), m); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
