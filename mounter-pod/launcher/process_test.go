@@ -83,4 +83,3 @@ func TestProcessLauncher(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
