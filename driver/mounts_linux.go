@@ -113,7 +113,14 @@ func isDead(err error) bool {
 // abortConnection aborts the FUSE connection of a hung mount, so that its
 // waiters get ECONNABORTED and the mount can be replaced.
 func abortConnection(m mount.MountInfo) error {
-	path := filepath.Join("/sys/fs/fuse/connections", fmt.Sprint(m.Minor), "abort")
+	const fusectl = "/sys/fs/fuse/connections"
+	path := filepath.Join(fusectl, fmt.Sprint(m.Minor), "abort")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		// The control filesystem is not mounted on every host.
+		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount fusectl at %s: %w", fusectl, err)
+		}
+	}
 	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
 		return fmt.Errorf("abort FUSE connection %d: %w", m.Minor, err)
 	}

@@ -147,3 +147,63 @@ func TestMounterKilledIsRepaired(t *testing.T) {
 		t.Fatalf("mounter %d still running after unpublish", pid)
 	}
 }
+
+// A mounter that stops answering (SIGSTOP) hangs its mount: the node
+// reports it abnormal and aborts the connection, so that nothing waits on
+// it forever; once the mounter runs again it exits, is restarted, and the
+// volume is mounted again.
+func TestHungMountIsAbortedAndRepaired(t *testing.T) {
+	env := csitest.Start(t, csitest.Options{ReconcileEvery: time.Second})
+	ctx := context.Background()
+	capRW := mountCap()[0]
+	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-hung", VolumeCapabilities: mountCap(), Secrets: env.Secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, vctx := vol.GetVolume().GetVolumeId(), vol.GetVolume().GetVolumeContext()
+	pub, err := env.Controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+		VolumeId: id, NodeId: csitest.NodeID, VolumeCapability: capRW, VolumeContext: vctx, Secrets: env.Secrets,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging, target := filepath.Join(env.Dir, "staging"), filepath.Join(env.Dir, "target")
+	if _, err := env.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, VolumeCapability: capRW, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capRW, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "f"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := spec.Mounter{VolumeID: id, NodeID: csitest.NodeID}
+	pid := env.Launcher.PID(m)
+	syscall.Kill(pid, syscall.SIGSTOP)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	poll(t, 20*time.Second, "hung volume reported abnormal", func() bool {
+		r, err := env.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
+		return err == nil && r.GetVolumeCondition().GetAbnormal()
+	})
+	// Aborted: a stat answers at once with an error instead of hanging.
+	poll(t, 20*time.Second, "hung connection aborted", func() bool {
+		done := make(chan error, 1)
+		go func() { _, err := os.Stat(filepath.Join(target, "f")); done <- err }()
+		select {
+		case err := <-done:
+			return err != nil
+		case <-time.After(500 * time.Millisecond):
+			return false
+		}
+	})
+	syscall.Kill(pid, syscall.SIGCONT)
+	took := poll(t, 30*time.Second, "mount repaired", func() bool {
+		b, err := os.ReadFile(filepath.Join(target, "f"))
+		return err == nil && string(b) == "kept"
+	})
+	t.Logf("repaired %s after the mounter resumed", took)
+}

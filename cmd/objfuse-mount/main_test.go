@@ -216,12 +216,10 @@ func TestHandoff(t *testing.T) {
 	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpServe}, -1); err == nil {
 		t.Fatal("serve without a handle accepted")
 	}
-	if err := syscall.Unmount(mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	// As NodeUnstage does: exit (after uploading), then unmount. A clean
+	// exit is 0, so that the pod does not restart it.
 	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpExit}, -1); err != nil {
-		// The mounter may already be gone: the connection ended with the unmount.
-		t.Logf("exit: %v", err)
+		t.Fatalf("exit: %v", err)
 	}
 	select {
 	case err := <-exited:
@@ -230,5 +228,8 @@ func TestHandoff(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("mounter did not exit")
+	}
+	if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+		t.Fatal(err)
 	}
 }

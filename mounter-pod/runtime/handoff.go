@@ -35,7 +35,9 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 		writeTerminationLog(err)
 		return err
 	}
-	m := &mounter{cfg: cfg, fs: f, exit: make(chan struct{})}
+	// done exists from the start: the loop below selects on it before
+	// anything is served, and a nil channel there would never fire.
+	m := &mounter{cfg: cfg, fs: f, exit: make(chan struct{}), done: make(chan struct{})}
 	if cfg.MetricsAddr != "" {
 		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
 		if err != nil {
@@ -57,8 +59,16 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 			cfg.Logger.Info("told to exit; done")
 			return nil
 		case <-m.ended():
-			cfg.Logger.Info("FUSE connection ended; exiting")
-			return m.flush()
+			// Not told to exit: the mount was aborted or torn down under
+			// us. Exit non-zero so that the pod restarts the mounter and
+			// the node plugin can mount the volume again.
+			cfg.Logger.Warn("FUSE connection ended without an exit request; exiting to be restarted")
+			err := fmt.Errorf("FUSE connection ended without an exit request")
+			if ferr := m.flush(); ferr != nil {
+				err = fmt.Errorf("%w; pending writes: %v", err, ferr)
+			}
+			writeTerminationLog(err)
+			return err
 		case sig := <-sigs:
 			if !m.isServing() {
 				cfg.Logger.Info("signal before serving; exiting", "signal", sig.String())
@@ -91,7 +101,7 @@ func (m *mounter) isServing() bool {
 	return m.srv != nil
 }
 
-// ended is closed when a served connection ends; nil (never) before.
+// ended is closed when the served connection ends.
 func (m *mounter) ended() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -160,9 +170,8 @@ func (m *mounter) serve(fd int, mountGroup *uint32) error {
 	if err := srv.WaitMount(); err != nil {
 		return fmt.Errorf("serve FUSE handle: %w", err)
 	}
-	done := make(chan struct{})
-	go func() { srv.Wait(); close(done) }()
-	m.srv, m.done = srv, done
+	go func() { srv.Wait(); close(m.done) }()
+	m.srv = srv
 	m.cfg.Logger.Info("serving", "source", m.cfg.Source())
 	return nil
 }
