@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -178,10 +179,19 @@ func (s *Server) Bucket() string {
 	s.t.Helper()
 	bucketSeq++
 	name := "test-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-" + strconv.Itoa(bucketSeq)
-	if err := s.Client().MakeBucket(context.Background(), name, minio.MakeBucketOptions{}); err != nil {
-		s.t.Fatalf("make bucket %s: %v", name, err)
+	// A loaded MinIO may answer "ready" a moment before its object layer
+	// takes requests ("Server not initialized yet"): retry that, briefly.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.Client().MakeBucket(context.Background(), name, minio.MakeBucketOptions{})
+		if err == nil {
+			return name
+		}
+		if minio.ToErrorResponse(err).Code != "XMinioServerNotInitialized" && !strings.Contains(err.Error(), "not initialized") || time.Now().After(deadline) {
+			s.t.Fatalf("make bucket %s: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond) // retry interval
 	}
-	return name
 }
 
 // StartShared starts a server outside any one test (for TestMain-scoped
