@@ -38,33 +38,9 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) time.Dur
 func TestMounterKilledIsRepaired(t *testing.T) {
 	env := csitest.Start(t, csitest.Options{ReconcileEvery: 3 * time.Second})
 	ctx := context.Background()
-	capRW := mountCap()[0]
-	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-repair", VolumeCapabilities: mountCap(), Secrets: env.Secrets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, vctx := vol.GetVolume().GetVolumeId(), vol.GetVolume().GetVolumeContext()
-	pub, err := env.Controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
-		VolumeId: id, NodeId: csitest.NodeID, VolumeCapability: capRW, VolumeContext: vctx, Secrets: env.Secrets,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	staging := filepath.Join(env.Dir, "staging")
 	rw, ro := filepath.Join(env.Dir, "pods", "a", "mount"), filepath.Join(env.Dir, "pods", "b", "mount")
-	if _, err := env.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
-		VolumeId: id, StagingTargetPath: staging, VolumeCapability: capRW, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, target := range []string{rw, ro} {
-		if _, err := env.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-			VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capRW,
-			Readonly: target == ro, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	id, vctx := publishedVolume(t, env, "pvc-repair", staging, map[string]bool{rw: false, ro: true})
 	before := bytes.Repeat([]byte("written before the crash\n"), 1000)
 	if err := os.WriteFile(filepath.Join(rw, "before.txt"), before, 0o644); err != nil {
 		t.Fatal(err)
@@ -155,29 +131,8 @@ func TestMounterKilledIsRepaired(t *testing.T) {
 func TestHungMountIsAbortedAndRepaired(t *testing.T) {
 	env := csitest.Start(t, csitest.Options{ReconcileEvery: time.Second})
 	ctx := context.Background()
-	capRW := mountCap()[0]
-	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-hung", VolumeCapabilities: mountCap(), Secrets: env.Secrets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, vctx := vol.GetVolume().GetVolumeId(), vol.GetVolume().GetVolumeContext()
-	pub, err := env.Controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
-		VolumeId: id, NodeId: csitest.NodeID, VolumeCapability: capRW, VolumeContext: vctx, Secrets: env.Secrets,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	staging, target := filepath.Join(env.Dir, "staging"), filepath.Join(env.Dir, "target")
-	if _, err := env.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
-		VolumeId: id, StagingTargetPath: staging, VolumeCapability: capRW, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-		VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capRW, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	id, _ := publishedVolume(t, env, "pvc-hung", staging, map[string]bool{target: false})
 	if err := os.WriteFile(filepath.Join(target, "f"), []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -206,4 +161,38 @@ func TestHungMountIsAbortedAndRepaired(t *testing.T) {
 		return err == nil && string(b) == "kept"
 	})
 	t.Logf("repaired %s after the mounter resumed", took)
+}
+
+// publishedVolume takes a new volume through CreateVolume,
+// ControllerPublish, NodeStage at staging and NodePublish at each target
+// (read-only where the map says), as Kubernetes would.
+func publishedVolume(t *testing.T, env *csitest.Env, name, staging string, targets map[string]bool) (id string, vctx map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	capRW := mountCap()[0]
+	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: mountCap(), Secrets: env.Secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, vctx = vol.GetVolume().GetVolumeId(), vol.GetVolume().GetVolumeContext()
+	pub, err := env.Controller.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+		VolumeId: id, NodeId: csitest.NodeID, VolumeCapability: capRW, VolumeContext: vctx, Secrets: env.Secrets,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, VolumeCapability: capRW, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for target, ro := range targets {
+		if _, err := env.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+			VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capRW,
+			Readonly: ro, PublishContext: pub.GetPublishContext(), VolumeContext: vctx,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return id, vctx
 }
