@@ -174,9 +174,17 @@ func (e *env) startMountOnce(v *variant, cold bool, withMetrics bool) (*mount, e
 			return nil, fmt.Errorf("%s not mounted after 30s: %s", v.name, tail(m.stderr.String()))
 		}
 	}
-	// A mount shows in mountinfo a moment before the daemon answers.
+	// A mount shows in mountinfo a moment before the daemon answers, and
+	// objfuse serves its metrics (and pprof) a moment after.
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(mnt); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for m.metrics != "" && time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", m.metrics); err == nil {
+			c.Close()
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

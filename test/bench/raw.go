@@ -51,6 +51,26 @@ func (r *patternReader) Read(p []byte) (int, error) {
 	return c, nil
 }
 
+// ReadAt makes the reader an io.ReaderAt, which minio-go needs to send a
+// large object's parts in parallel (it sends those of a plain reader one
+// after the other).
+func (r *patternReader) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && off < r.size {
+		s := int(off % int64(len(r.pattern)))
+		c := copy(p[n:], r.pattern[s:min(len(r.pattern), s+int(r.size-off))])
+		n += c
+		off += int64(c)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
 // rawPut: one PutObject of size bytes with minio-go's defaults.
 func (e *env) rawPut(round int) (map[string]float64, error) {
 	key := fmt.Sprintf("raw/put-r%d.bin", round)
