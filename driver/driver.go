@@ -87,6 +87,7 @@ type Driver struct {
 	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
 	abnormalMu sync.Mutex
 	abnormal   map[string]string // volume id → why
+	hangs      map[string]int    // volume id → checks in a row it hung (reconcile loop only)
 	events     EventSink
 }
 
@@ -126,7 +127,7 @@ func New(opts Options) (*Driver, error) {
 			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
 		}
 	}
-	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}}
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, hangs: map[string]int{}}
 	d.events = logEvents{d.log}
 	if opts.KubeClient != nil && opts.serves(ModeNode) {
 		d.events = newKubeEvents(opts.KubeClient, opts.Name, opts.NodeID, opts.KubeletDir, d.log)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -80,18 +81,34 @@ func unmountAll(path string) error {
 // errHung marks a FUSE mount that did not answer in time.
 var errHung = errors.New("mount does not answer (hung)")
 
+// probes are the statfs calls still running, one per path at most: a
+// hung mount blocks its call (and an OS thread) until it is aborted, and
+// asking again would only pile up threads.
+var probes sync.Map // path → chan struct{}, closed when the call returns
+
 // probe statfs()es path with a deadline. A dead FUSE connection answers
-// ENOTCONN at once; a hung one never answers, and the goroutine stays
-// blocked until the connection is aborted.
+// ENOTCONN at once; a hung one never answers, and its call stays blocked
+// until the connection is aborted.
 func probe(path string, timeout time.Duration) (unix.Statfs_t, error) {
 	type result struct {
 		st  unix.Statfs_t
 		err error
 	}
+	running := make(chan struct{})
+	if prev, loaded := probes.LoadOrStore(path, running); loaded {
+		select {
+		case <-prev.(chan struct{}):
+			probes.Store(path, running)
+		default:
+			return unix.Statfs_t{}, fmt.Errorf("statfs %s: %w", path, errHung)
+		}
+	}
 	ch := make(chan result, 1)
 	go func() {
 		var st unix.Statfs_t
 		err := unix.Statfs(path, &st)
+		close(running)
+		probes.CompareAndDelete(path, running)
 		ch <- result{st, err}
 	}()
 	select {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -89,6 +90,12 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		st.Targets = old.Targets
 		if d.healthy(st.Staging) {
+			if old.MounterUID != st.MounterUID || old.ReadOnly != st.ReadOnly {
+				// A replaced mounter pod: repairs must find the new one.
+				if err := d.saveState(st); err != nil {
+					return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+				}
+			}
 			return &csi.NodeStageVolumeResponse{}, nil
 		}
 	}
@@ -193,20 +200,19 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
 	defer d.locks.lock(req.GetVolumeId())()
-	if err := unmountAll(req.GetStagingTargetPath()); err != nil {
-		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
-	}
 	st, err := d.loadState(req.GetVolumeId())
 	if err == nil && st.MounterUID != "" {
-		// Uploads first: the mounter exits only once nothing is pending,
-		// and says so if it cannot; then kubelet retries.
+		// Uploads first: the mounter releases the mount only once nothing
+		// is pending. Anything but "no mounter there" keeps the mount and
+		// fails, and kubelet retries; the mounter goes on uploading.
 		socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_, err := handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpExit}, -1)
-		cancel()
-		if err != nil && strings.Contains(err.Error(), "pending writes") {
-			return nil, status.Errorf(codes.Unavailable, "unstage %s: %v", req.GetVolumeId(), err)
+		_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpExit}, -1)
+		if err != nil && !mounterGone(err) {
+			return nil, status.Errorf(codes.Unavailable, "unstage %s: the mounter has not uploaded everything yet: %v", req.GetVolumeId(), err)
 		}
+	}
+	if err := unmountAll(req.GetStagingTargetPath()); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
 	}
 	if err := unmountAll(d.fuseMountpoint(req.GetVolumeId())); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
@@ -236,6 +242,10 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	st, err := d.loadState(req.GetVolumeId())
 	if err != nil || st.Staging != req.GetStagingTargetPath() {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s", req.GetVolumeId(), req.GetStagingTargetPath())
+	}
+	// Never bind a plain directory: a pod would write to the node's disk.
+	if m, ok, _ := isMounted(st.Staging); !ok || m.FsType != handoff.FSType {
+		return nil, status.Errorf(codes.Unavailable, "volume %q: staging path %s is not mounted (its mounter may be restarting; the node repairs it)", req.GetVolumeId(), st.Staging)
 	}
 	target := req.GetTargetPath()
 	ro := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
@@ -289,13 +299,9 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// removeEmptyDir removes a mount's directory if it is empty; a directory
-// with something in it is left alone (it is not ours to delete).
-func removeEmptyDir(path string) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		_ = err
-	}
-}
+// removeEmptyDir removes a mount's directory if it is empty; one with
+// something in it is not ours to delete, and is left.
+func removeEmptyDir(path string) { _ = os.Remove(path) }
 
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	switch {
@@ -334,4 +340,10 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 
 func abnormal(why string) *csi.NodeGetVolumeStatsResponse {
 	return &csi.NodeGetVolumeStatsResponse{VolumeCondition: &csi.VolumeCondition{Abnormal: true, Message: why}}
+}
+
+// mounterGone says whether a call failed because no mounter listens:
+// nothing pending can be lost by going on.
+func mounterGone(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/objfuse/objfuse/driver/volume"
@@ -133,6 +134,9 @@ func (d *Driver) attachments(ctx context.Context) (map[string]bool, error) {
 			handle = va.Spec.Source.InlineVolumeSpec.CSI.VolumeHandle
 		} else if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
 			pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, *pvName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue // its VolumeAttachment is on its way out too
+			}
 			if err != nil {
 				// Can't tell: keep every pod of this node to be safe.
 				return nil, err

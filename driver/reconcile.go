@@ -33,6 +33,33 @@ func (d *Driver) reconcile(ctx context.Context) {
 	}
 }
 
+// hangsBeforeAbort is how many checks in a row a mount may hang, its
+// mounter silent too, before its connection is aborted.
+const hangsBeforeAbort = 3
+
+// checkMounts says what is wrong with st's mounts, if anything: the FUSE
+// mount, staging and every target must be objfuse mounts, and the FUSE
+// mount must answer. An unmounted path would pass a statfs (it is a plain
+// directory on the node), so mountinfo is read first.
+func (d *Driver) checkMounts(st *stagedVolume) error {
+	infos, err := mountInfo()
+	if err != nil {
+		return err
+	}
+	mnt := d.fuseMountpoint(st.VolumeID)
+	paths := []string{mnt, st.Staging}
+	for t := range st.Targets {
+		paths = append(paths, t)
+	}
+	for _, p := range paths {
+		if m, ok := mountAt(infos, p); !ok || m.FsType != handoff.FSType {
+			return fmt.Errorf("%s is not an objfuse mount", p)
+		}
+	}
+	_, err = probe(mnt, d.opts.ProbeTimeout)
+	return err
+}
+
 func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	unlock := d.locks.lock(volumeID)
 	defer unlock()
@@ -41,31 +68,50 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		return // unstaged meanwhile
 	}
 	mnt := d.fuseMountpoint(volumeID)
-	_, perr := probe(mnt, d.opts.ProbeTimeout)
+	perr := d.checkMounts(st)
 	if perr == nil {
+		d.hangs[volumeID] = 0
 		if d.abnormalReason(volumeID) != "" {
 			d.setAbnormal(volumeID, "")
 		}
 		return
 	}
+	socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+	status := func() (handoff.Reply, error) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
+	}
 	if errors.Is(perr, errHung) {
-		if m, ok, _ := isMounted(mnt); ok {
+		// A busy mounter (throttled, collecting garbage) is slow, not
+		// gone: abort only one that stays silent, on its socket too,
+		// check after check. Aborting fails every open file.
+		d.hangs[volumeID]++
+		if rep, err := status(); err == nil && rep.Serving {
+			d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount answers slowly (%v); its mounter is alive", perr))
+			return
+		}
+		if d.hangs[volumeID] < hangsBeforeAbort {
+			d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
+			return
+		}
+		if m, ok, _ := isMounted(mnt); ok && m.FsType == handoff.FSType {
 			if err := abortConnection(m); err != nil {
 				d.log.Error("abort hung mount", "volume", volumeID, "err", err)
+			} else {
+				d.log.Warn("aborted hung FUSE connection", "volume", volumeID)
 			}
 		}
 	} else if !isDead(perr) {
-		d.log.Warn("mount check failed", "volume", volumeID, "err", perr)
+		d.log.Info("mount needs repair", "volume", volumeID, "why", perr)
 	}
-	d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v); waiting for its mounter to restart", perr))
+	d.hangs[volumeID] = 0
+	d.setAbnormal(volumeID, fmt.Sprintf("the volume's mount is broken (%v); waiting for its mounter to restart", perr))
 
 	// Only a mounter that is up and not serving can take a new handle.
-	socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	rep, err := handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
-	cancel()
+	rep, err := status()
 	if err != nil || rep.Serving {
-		d.log.Info("mount dead; mounter not back yet", "volume", volumeID, "err", err)
+		d.log.Info("mount broken; mounter not back yet", "volume", volumeID, "err", err)
 		return
 	}
 	start := time.Now()

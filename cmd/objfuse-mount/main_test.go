@@ -216,11 +216,43 @@ func TestHandoff(t *testing.T) {
 	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpServe}, -1); err == nil {
 		t.Fatal("serve without a handle accepted")
 	}
-	// As NodeUnstage does: exit (after uploading), then unmount. A clean
-	// exit is 0, so that the pod does not restart it.
+	// As NodeUnstage does: release (after uploading), then unmount. The
+	// mounter then waits for a new handle, as for a pod staged again on
+	// this node, and serves it with the data still there.
 	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpExit}, -1); err != nil {
-		t.Fatalf("exit: %v", err)
+		t.Fatalf("release: %v", err)
 	}
+	if err := syscall.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the mounter to wait for a new handle", func() bool {
+		rep, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpStatus}, -1)
+		return err == nil && !rep.Serving
+	})
+	fd, err = handoff.MountFUSE(mnt, "objfuse:"+bucket, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpServe}, fd)
+	syscall.Close(fd)
+	if err != nil {
+		t.Fatalf("serve again: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "through-handoff")); err != nil || string(b) != "ok" {
+		t.Fatalf("read back after re-serving: %q %v", b, err)
+	}
+	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpExit}, -1); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := syscall.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Its pod deleted (SIGTERM) while not serving: a clean exit.
+	waitFor(t, "the mounter to be released", func() bool {
+		rep, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpStatus}, -1)
+		return err == nil && !rep.Serving
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -228,8 +260,5 @@ func TestHandoff(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("mounter did not exit")
-	}
-	if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
-		t.Fatal(err)
 	}
 }

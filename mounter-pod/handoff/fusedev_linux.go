@@ -32,7 +32,10 @@ func MountFUSE(mountpoint, source string, readOnly bool) (fd int, err error) {
 	if readOnly {
 		flags |= unix.MS_RDONLY
 	}
-	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", fd)
+	// default_permissions: the kernel enforces the files' modes and
+	// owners, so uid, gid, fileMode, dirMode and a pod's fsGroup mean
+	// what they say for every pod sharing the volume.
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions", fd)
 	if err := unix.Mount(source, mountpoint, FSType, flags, data); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("mount %s at %s: %w", FSType, mountpoint, err)

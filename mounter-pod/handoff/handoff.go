@@ -29,7 +29,10 @@ const MountDirName = "mnt"
 const (
 	OpServe  = "serve"  // with a FUSE fd attached: serve it
 	OpStatus = "status" // report state
-	OpExit   = "exit"   // flush uploads and exit (after NodeUnstage)
+	// OpExit, at NodeUnstage: upload what is pending and release the
+	// connection; the node unmounts next, and the mounter then waits for a
+	// new handle (a later NodeStage on this node) until its pod is deleted.
+	OpExit = "exit"
 )
 
 // Request is what the node plugin sends.

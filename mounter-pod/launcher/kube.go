@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
@@ -228,8 +229,18 @@ func (k *Kube) deleteAndWait(ctx context.Context, name string) error {
 		return fmt.Errorf("delete mounter pod %s: %w", name, err)
 	}
 	for {
-		_, err := pods.Get(ctx, name, metav1.GetOptions{})
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil && k.nodeGone(ctx, pod.Spec.NodeName) {
+			// A pod on a dead node stays Terminating for ever; its mounts
+			// died with the node, so nothing is left to drain.
+			k.Logger.Warn("mounter pod's node is not ready; deleting it at once", "pod", name, "node", pod.Spec.NodeName)
+			err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("force-delete mounter pod %s: %w", name, err)
+			}
 			return nil
 		}
 		select {
@@ -261,4 +272,24 @@ func (k *Kube) CollectOrphans(ctx context.Context, minAge time.Duration, attache
 		n++
 	}
 	return n, nil
+}
+
+// nodeGone says whether a node is missing or not Ready.
+func (k *Kube) nodeGone(ctx context.Context, name string) bool {
+	if name == "" {
+		return false // not scheduled yet: deletion is immediate anyway
+	}
+	node, err := k.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status != corev1.ConditionTrue
+		}
+	}
+	return true
 }

@@ -171,6 +171,14 @@ func (p *Process) chown(path string) error {
 }
 
 func (pr *proc) run(p *Process, args []string) error {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.runLocked(p, args)
+}
+
+// runLocked starts the mounter process; pr.mu is held, so Stop sees
+// either no process yet or this one.
+func (pr *proc) runLocked(p *Process, args []string) error {
 	cmd := exec.Command(p.Binary, args...)
 	cmd.Stderr = pr.stderr
 	cmd.Env = []string{"PATH=/usr/bin:/bin"} // no credentials inherited from the environment
@@ -179,9 +187,7 @@ func (pr *proc) run(p *Process, args []string) error {
 		return fmt.Errorf("start mounter: %w", err)
 	}
 	exited := make(chan struct{})
-	pr.mu.Lock()
 	pr.cmd, pr.exited = cmd, exited
-	pr.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		pr.mu.Lock()
@@ -217,7 +223,16 @@ func (p *Process) supervise(m spec.Mounter, pr *proc, args []string) {
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
-		if err := pr.run(p, args); err != nil {
+		pr.mu.Lock()
+		select {
+		case <-pr.stop:
+			pr.mu.Unlock()
+			return
+		default:
+		}
+		err = pr.runLocked(p, args)
+		pr.mu.Unlock()
+		if err != nil {
 			p.Logger.Error("restart mounter", "mounter", m.Key(), "err", err)
 			return
 		}
@@ -230,8 +245,8 @@ func (p *Process) Stop(ctx context.Context, m spec.Mounter) error {
 	delete(p.procs, m.Key())
 	p.mu.Unlock()
 	if pr != nil {
-		close(pr.stop)
 		pr.mu.Lock()
+		close(pr.stop)
 		cmd, exited := pr.cmd, pr.exited
 		pr.mu.Unlock()
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -251,8 +266,8 @@ func (p *Process) Stop(ctx context.Context, m spec.Mounter) error {
 // Close stops every mounter.
 func (p *Process) Close() {
 	for _, pr := range p.snapshot() {
-		close(pr.stop)
 		pr.mu.Lock()
+		close(pr.stop)
 		cmd, exited := pr.cmd, pr.exited
 		pr.mu.Unlock()
 		cmd.Process.Kill()

@@ -7,7 +7,6 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -37,7 +36,7 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	}
 	// done exists from the start: the loop below selects on it before
 	// anything is served, and a nil channel there would never fire.
-	m := &mounter{cfg: cfg, fs: f, exit: make(chan struct{}), done: make(chan struct{})}
+	m := &mounter{cfg: cfg, fs: f, done: make(chan struct{})}
 	if cfg.MetricsAddr != "" {
 		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
 		if err != nil {
@@ -55,15 +54,24 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	defer signal.Stop(sigs)
 	for {
 		select {
-		case <-m.exit:
-			cfg.Logger.Info("told to exit; done")
-			return nil
 		case <-m.ended():
-			// Not told to exit: the mount was aborted or torn down under
-			// us. Exit non-zero so that the pod restarts the mounter and
-			// the node plugin can mount the volume again.
-			cfg.Logger.Warn("FUSE connection ended without an exit request; exiting to be restarted")
-			err := fmt.Errorf("FUSE connection ended without an exit request")
+			if m.wasReleased() {
+				// NodeUnstage: uploaded, then unmounted. Wait for the
+				// next NodeStage on this node, with a fresh filesystem.
+				f, err := cfg.Open(ctx)
+				if err != nil {
+					writeTerminationLog(err)
+					return err
+				}
+				m.reset(f)
+				cfg.Logger.Info("released; waiting for a new FUSE handle")
+				continue
+			}
+			// Not released: the mount was aborted or torn down under us.
+			// Exit non-zero so that the pod restarts the mounter and the
+			// node plugin can mount the volume again.
+			cfg.Logger.Warn("FUSE connection ended without being released; exiting to be restarted")
+			err := fmt.Errorf("FUSE connection ended without being released")
 			if ferr := m.flush(); ferr != nil {
 				err = fmt.Errorf("%w; pending writes: %v", err, ferr)
 			}
@@ -71,10 +79,10 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 			return err
 		case sig := <-sigs:
 			if !m.isServing() {
-				cfg.Logger.Info("signal before serving; exiting", "signal", sig.String())
+				cfg.Logger.Info("signal while not serving; exiting", "signal", sig.String())
 				return nil
 			}
-			cfg.Logger.Info("signal; uploading pending writes, serving until told to exit", "signal", sig.String())
+			cfg.Logger.Info("signal; uploading pending writes, serving until released", "signal", sig.String())
 			if err := m.flush(); err != nil {
 				cfg.Logger.Error("flush on signal", "err", err)
 			}
@@ -85,14 +93,26 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 }
 
 type mounter struct {
-	cfg  Config
-	fs   *fusefs.FS
-	exit chan struct{}
+	cfg Config
 
 	mu       sync.Mutex
+	fs       *fusefs.FS
 	srv      *fuse.Server
 	done     chan struct{}
-	exitOnce sync.Once
+	released bool
+}
+
+func (m *mounter) wasReleased() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.released
+}
+
+// reset readies the mounter for a new handle after a released connection.
+func (m *mounter) reset(f *fusefs.FS) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fs, m.srv, m.done, m.released = f, nil, make(chan struct{}), false
 }
 
 func (m *mounter) isServing() bool {
@@ -111,7 +131,10 @@ func (m *mounter) ended() <-chan struct{} {
 func (m *mounter) flush() error {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	return m.fs.Flush(ctx)
+	m.mu.Lock()
+	f := m.fs
+	m.mu.Unlock()
+	return f.Flush(ctx)
 }
 
 func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
@@ -126,17 +149,15 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		if fd >= 0 {
 			syscall.Close(fd)
 		}
-		// Stay up while writes are pending: the node plugin retries
-		// NodeUnstage, and exiting now would lose them.
+		// Upload first; stay serving while anything is pending: the node
+		// plugin retries NodeUnstage, and letting go now would lose it.
 		if err := m.flush(); err != nil {
 			return handoff.Reply{Error: "pending writes could not be uploaded: " + err.Error(), Source: src}
 		}
-		// Answer first, then exit.
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			m.exitOnce.Do(func() { close(m.exit) })
-		}()
-		return handoff.Reply{OK: true, Source: src}
+		m.mu.Lock()
+		m.released = m.srv != nil
+		m.mu.Unlock()
+		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src}
 	case handoff.OpServe:
 		if fd < 0 {
 			return handoff.Reply{Error: "serve needs a FUSE handle attached", Source: src}
@@ -170,7 +191,8 @@ func (m *mounter) serve(fd int, mountGroup *uint32) error {
 	if err := srv.WaitMount(); err != nil {
 		return fmt.Errorf("serve FUSE handle: %w", err)
 	}
-	go func() { srv.Wait(); close(m.done) }()
+	done := m.done
+	go func() { srv.Wait(); close(done) }()
 	m.srv = srv
 	m.cfg.Logger.Info("serving", "source", m.cfg.Source())
 	return nil

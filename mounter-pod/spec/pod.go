@@ -177,8 +177,9 @@ func (m Mounter) Secret(pod *corev1.Pod, data map[string][]byte) *corev1.Secret 
 			Namespace: pod.Namespace,
 			Labels:    map[string]string{LabelComponent: ComponentMounter, LabelKey: m.Key()},
 			OwnerReferences: []metav1.OwnerReference{{
+				// No BlockOwnerDeletion: it would need pods/finalizers
+				// rights where OwnerReferencesPermissionEnforcement runs.
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
-				BlockOwnerDeletion: ptr.To(true),
 			}},
 		},
 		Type: corev1.SecretTypeOpaque,
