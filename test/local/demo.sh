@@ -90,7 +90,12 @@ fi
 
 # --- MinIO and objfuse --------------------------------------------------------
 step "deploying MinIO and objfuse ($OVERLAY)"
+existed=$(k -n objfuse-system get deployment/objfuse-controller daemonset/objfuse-node -o name 2>/dev/null || true)
 k apply -k "$OVERLAY" >&2
+if [ -n "$existed" ]; then
+  # Same tag, new image: restart the driver's pods so they run it.
+  k -n objfuse-system rollout restart $existed >&2
+fi
 rollout deployment/minio 180
 s3 wait
 s3 mb shared # the objfuse-minio-shared StorageClass's bucket
