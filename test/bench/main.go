@@ -131,7 +131,7 @@ func run() (code int) {
 	var stopOnce sync.Once
 	stopAll := func() {
 		stopOnce.Do(func() {
-			cleanup()
+			cleanup(e.work)
 			if srv != nil {
 				srv.Close()
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -87,8 +88,9 @@ type mount struct {
 }
 
 var (
-	liveMu sync.Mutex
-	live   = map[*mount]bool{}
+	liveMu   sync.Mutex
+	live     = map[*mount]bool{}
+	stopping bool // set by cleanup: no new daemons from then on
 )
 
 // startMount starts v over bucket at a new mount point and waits until the
@@ -153,14 +155,9 @@ func (e *env) startMountOnce(v *variant, cold bool, withMetrics bool) (*mount, e
 	cmd.Stderr = m.stderr
 	// Die with the harness if it is killed; cleanup() unmounts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", v.name, err)
+	if err := m.start(cmd); err != nil {
+		return nil, err
 	}
-	m.cmd, m.pid = cmd, cmd.Process.Pid
-	go func() { cmd.Wait(); close(m.exited) }()
-	liveMu.Lock()
-	live[m] = true
-	liveMu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for !isMounted(mnt) {
 		select {
@@ -192,6 +189,23 @@ func (e *env) startMountOnce(v *variant, cold bool, withMetrics bool) (*mount, e
 	return m, nil
 }
 
+// start starts the daemon and records it for cleanup, unless cleanup has
+// begun.
+func (m *mount) start(cmd *exec.Cmd) error {
+	liveMu.Lock()
+	defer liveMu.Unlock()
+	if stopping {
+		return errStopping
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", m.v.name, err)
+	}
+	m.cmd, m.pid = cmd, cmd.Process.Pid
+	go func() { cmd.Wait(); close(m.exited) }()
+	live[m] = true
+	return nil
+}
+
 // stop asks the daemon to unmount and exit (SIGTERM: objfuse uploads what
 // is pending first), then makes sure: lazy unmount and SIGKILL.
 func (m *mount) stop() {
@@ -215,9 +229,14 @@ func (m *mount) stop() {
 	}
 }
 
-// cleanup stops every daemon this harness started and still runs.
-func cleanup() {
+var errStopping = errors.New("cleaning up: no new mounts")
+
+// cleanup stops every daemon this harness started and still runs, and
+// makes sure nothing stays mounted under work (so that removing work
+// never walks into a mount).
+func cleanup(work string) {
 	liveMu.Lock()
+	stopping = true
 	ms := make([]*mount, 0, len(live))
 	for m := range live {
 		ms = append(ms, m)
@@ -225,6 +244,15 @@ func cleanup() {
 	liveMu.Unlock()
 	for _, m := range ms {
 		m.stop()
+	}
+	if work == "" {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join(work, "mnt-*"))
+	for _, d := range dirs {
+		if isMounted(d) {
+			lazyUnmount(d)
+		}
 	}
 }
 
