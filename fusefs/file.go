@@ -117,6 +117,7 @@ func (n *fileNode) dropLocal() {
 // buffer, or by first completing the stream's upload and downloading it
 // back when parts already went up, or from the object.
 func (n *fileNode) toStaging(ctx context.Context) error {
+	ctx = uninterruptible(ctx)
 	if n.staging != nil {
 		return nil
 	}
@@ -279,6 +280,7 @@ func (n *fileNode) sync(ctx context.Context) syscall.Errno {
 // syncLocked makes the object equal the local content. A failure is EIO
 // to the caller and leaves the previous object as it was.
 func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
+	ctx = uninterruptible(ctx)
 	if n.err != nil {
 		return syscall.EIO
 	}
@@ -403,4 +405,13 @@ func toErrno(err error) syscall.Errno {
 
 func objectFor(key string, a attrs) store.Object {
 	return store.Object{Key: key, Size: a.size, ETag: a.etag, LastModified: a.mtime, Metadata: a.metadata()}
+}
+
+// uninterruptible keeps an upload going when the system call that started
+// it is interrupted: the kernel then cancels the FUSE request's context
+// (a Go program's preemption signals do that routinely), and an upload
+// cut short would fail close(2) with EIO and lose the file. The upload's
+// own retries and timeouts still bound it.
+func uninterruptible(ctx context.Context) context.Context {
+	return context.WithoutCancel(ctx)
 }

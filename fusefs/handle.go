@@ -63,6 +63,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx = uninterruptible(ctx) // a write may upload a part
 	n := h.node
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -63,6 +63,8 @@ func (s *Store) Check(ctx context.Context) error {
 		if info.Err != nil {
 			return s.explain(info.Err)
 		}
+		// One answer is enough; the next page would only see the cancel.
+		return nil
 	}
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
 		return s.explain(err)
@@ -250,9 +252,16 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive b
 			if strings.HasSuffix(info.Key, "/") && info.Size == 0 && info.ETag == "" && info.LastModified.IsZero() {
 				e.Prefix = info.Key
 			} else {
+				// MinIO answers WithMetadata with each object's metadata,
+				// content-type at least: then an object without user
+				// metadata is known to have none, and needs no HEAD.
+				// Other servers send nothing: meta stays nil (unknown).
 				var meta map[string]string
-				if info.UserMetadataStripped != nil {
-					meta = info.UserMetadataStripped
+				if info.UserMetadata != nil {
+					meta = map[string]string{}
+					for k, v := range info.UserMetadataStripped {
+						meta[k] = v
+					}
 				}
 				e.Object = object(info, meta)
 			}

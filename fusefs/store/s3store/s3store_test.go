@@ -1,0 +1,61 @@
+package s3store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/miniotest"
+)
+
+// Check answers from the first page of a listing; a bucket with more
+// than one object used to fail it with the cancel of the next page.
+func TestCheckNonEmptyBucket(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	for _, k := range []string{"a", "b", "c/d"} {
+		if _, err := srv.Client().PutObject(context.Background(), bucket, k, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s3store.New(srv.Config(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := st.Check(context.Background()); err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+	}
+}
+
+// A MinIO listing tells an object without user metadata (known: none)
+// from a server that sends no metadata (unknown), so that lookups after a
+// listing need no HEAD.
+func TestListingCarriesKnownEmptyMetadata(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	c := srv.Client()
+	c.PutObject(context.Background(), bucket, "plain", strings.NewReader("x"), 1, minio.PutObjectOptions{})
+	c.PutObject(context.Background(), bucket, "meta", strings.NewReader("x"), 1, minio.PutObjectOptions{UserMetadata: map[string]string{"mode": "33188"}})
+	st, err := s3store.New(srv.Config(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]string{}
+	for e, err := range st.List(context.Background(), "", "", false) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[e.Key] = e.Object.Metadata
+	}
+	if m, ok := got["plain"]; !ok || m == nil || len(m) != 0 {
+		t.Errorf("plain object's metadata %#v, want known-empty", m)
+	}
+	if got["meta"]["mode"] != "33188" {
+		t.Errorf("meta object's metadata %#v", got["meta"])
+	}
+}
