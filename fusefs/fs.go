@@ -168,9 +168,13 @@ func (f *FS) resolve(ctx context.Context, key string) (resolved, error) {
 		defer wg.Done()
 		head, headErr = f.store.Head(ctx, key)
 	}()
-	for e, err := range f.store.List(ctx, key+"/", "", false) {
-		first, found, listErr = e, err == nil, err
-		break
+	if p, ok := f.store.(store.Prober); ok {
+		first, found, listErr = p.First(ctx, key+"/")
+	} else {
+		for e, err := range f.store.List(ctx, key+"/", "", false) {
+			first, found, listErr = e, err == nil, err
+			break
+		}
 	}
 	wg.Wait()
 	if listErr != nil {

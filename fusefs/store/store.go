@@ -55,6 +55,14 @@ type Store interface {
 	Copy(ctx context.Context, src, dst string, meta map[string]string) (Object, error)
 }
 
+// Prober is a Store that can ask "is there anything under prefix?" more
+// cheaply than a listing page: a stat of a name not listed yet asks it.
+type Prober interface {
+	// First returns the first entry under prefix (with a "/" delimiter),
+	// and false when there is none.
+	First(ctx context.Context, prefix string) (Entry, bool, error)
+}
+
 // Upload is an in-progress multipart upload. Part numbers start at 1 and
 // every part but the last must be at least MinPartSize bytes.
 type Upload interface {

@@ -227,6 +227,19 @@ func (s *Store) Copy(ctx context.Context, src, dst string, meta map[string]strin
 }
 
 func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	return s.list(ctx, prefix, startAfter, recursive, 1000)
+}
+
+// First asks for one key: MinIO answers a one-key page faster than a
+// full one, and a stat of an unlisted name costs about one HEAD.
+func (s *Store) First(ctx context.Context, prefix string) (store.Entry, bool, error) {
+	for e, err := range s.list(ctx, prefix, "", false, 1) {
+		return e, err == nil, err
+	}
+	return store.Entry{}, false, nil
+}
+
+func (s *Store) list(ctx context.Context, prefix, startAfter string, recursive bool, maxKeys int) iter.Seq2[store.Entry, error] {
 	return func(yield func(store.Entry, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -235,7 +248,7 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive b
 			StartAfter:   startAfter,
 			Recursive:    recursive,
 			WithMetadata: true, // a MinIO extension; other servers ignore it
-			MaxKeys:      1000,
+			MaxKeys:      maxKeys,
 		})
 		// The channel's producer stops on cancel; drain it so it can exit.
 		defer func() {
