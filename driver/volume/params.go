@@ -43,9 +43,12 @@ const (
 	ParamMounterCPURequest  = "mounterCPURequest"
 )
 
-// reservedPrefix marks keys that Kubernetes' sidecars add or consume
-// (secret references, PVC name and namespace); they are not ours to check.
-const reservedPrefix = "csi.storage.k8s.io/"
+// reserved reports keys that Kubernetes and its sidecars add or consume
+// (secret references, PVC name and namespace, the provisioner's identity
+// in a volume context); they are not ours to check.
+func reserved(key string) bool {
+	return strings.HasPrefix(key, "csi.storage.k8s.io/") || strings.HasPrefix(key, "storage.kubernetes.io/")
+}
 
 // DefaultRegion is used when neither the StorageClass nor the driver says.
 const DefaultRegion = "us-east-1"
@@ -126,7 +129,7 @@ func KnownParams() []string {
 // returned as a *ParseError.
 func ParseParams(in map[string]string, def Defaults) (Params, error) {
 	for _, k := range sortedKeys(in) {
-		if !known[k] && !strings.HasPrefix(k, reservedPrefix) {
+		if !known[k] && !reserved(k) {
 			return Params{}, &ParseError{Param: k, Reason: "unknown parameter; objfuse knows " + strings.Join(KnownParams(), ", ")}
 		}
 	}

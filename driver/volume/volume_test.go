@@ -116,4 +116,10 @@ func TestContextRoundTrip(t *testing.T) {
 	if got.ID != v.ID || *got.Mount.UID != 1000 || got.Mount.FileMode != "0640" || !got.Mount.AsyncClose {
 		t.Fatalf("round trip: %+v", got)
 	}
+	// What csi-provisioner adds to every volume context.
+	ctx := v.Context()
+	ctx["storage.kubernetes.io/csiProvisionerIdentity"] = "1700000000000-1234-objfuse.csi.io"
+	if _, err := FromContext("anything", ctx, Defaults{}); err != nil {
+		t.Fatalf("context with the provisioner's identity: %v", err)
+	}
 }

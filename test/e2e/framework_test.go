@@ -255,12 +255,8 @@ func (s *suite) objectSum(bucket, key string) string {
 
 // volume returns the bucket and prefix a PV's volume handle names.
 func volume(pv *corev1.PersistentVolume) (bucket, prefix string) {
-	h := pv.Spec.CSI.VolumeHandle
-	bucket, prefix, _ = strings.Cut(h, "/")
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	return bucket, prefix
+	a := pv.Spec.CSI.VolumeAttributes
+	return a["bucket"], a["prefix"]
 }
 
 // eventFor waits for an Event on the object whose message contains want.

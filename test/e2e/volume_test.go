@@ -110,7 +110,7 @@ func TestStaticVolumeOnExistingBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	pvName := s.ns + "-static"
-	attrs := map[string]string{}
+	attrs := map[string]string{"bucket": bucket}
 	for k, v := range sc.Parameters {
 		if !strings.HasPrefix(k, "csi.storage.k8s.io/") {
 			attrs[k] = v
