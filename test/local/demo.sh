@@ -130,8 +130,7 @@ done
 
 step "what happened"
 pv=$(k get pvc -n objfuse-demo demo-bucket -o 'jsonpath={.spec.volumeName}')
-handle=$(k get pv "$pv" -o 'jsonpath={.spec.csi.volumeHandle}')
-bucket=${handle%%/*}
+bucket=$(k get pv "$pv" -o 'jsonpath={.spec.csi.volumeAttributes.bucket}')
 echo "--- the pod's log (kubectl logs -n objfuse-demo demo):"
 k logs -n objfuse-demo demo
 echo "--- PVC, PV, VolumeAttachment and the volume's mounter pod:"
