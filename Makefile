@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: build test unit demo demo-down images bench lint
+.PHONY: build test e2e unit demo demo-down images bench lint
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
@@ -14,6 +14,13 @@ build:
 # detector. Needs root and /dev/fuse.
 test:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
+
+# The e2e suite on a real one-node Kubernetes here (test/local): cluster,
+# images, MinIO and objfuse up, the suite, everything down. Needs root;
+# slow with cold caches (Kubernetes and the CSI sidecars are built from
+# source), so CI does not run it yet.
+e2e:
+	test/local/e2e.sh
 
 lint:
 	test -z "$$(gofmt -l .)"
