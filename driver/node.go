@@ -122,28 +122,22 @@ func (d *Driver) healthy(path string) bool {
 	return err == nil
 }
 
-// mountVolume (re)builds st's mounts: a fresh FUSE mount served by the
-// mounter, bound at the staging path and every target.
+// mountVolume (re)builds st's mounts: a fresh FUSE mount at the staging
+// path served by the mounter, bound at every target.
 func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
-	mnt := d.fuseMountpoint(st.VolumeID)
 	for t := range st.Targets {
 		if err := unmountAll(t); err != nil {
 			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 		}
 	}
-	for _, p := range []string{st.Staging, mnt} {
-		if err := unmountAll(p); err != nil {
-			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
-		}
-	}
-	if err := d.serveFUSE(ctx, st, mnt); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(st.Staging, 0o750); err != nil {
-		return status.Errorf(codes.Internal, "staging path: %v", err)
-	}
-	if err := bindMount(mnt, st.Staging, st.ReadOnly); err != nil {
+	if err := unmountAll(st.Staging); err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+	}
+	// The FUSE filesystem is mounted at the staging path itself: kubelet
+	// refuses NodeUnstage while the filesystem is mounted anywhere else
+	// outside its own directories (GetDeviceMountRefs).
+	if err := d.serveFUSE(ctx, st, st.Staging); err != nil {
+		return err
 	}
 	for t, ro := range st.Targets {
 		if err := bindMount(st.Staging, t, ro); err != nil {
@@ -176,7 +170,7 @@ func (d *Driver) serveFUSE(ctx context.Context, st *stagedVolume, mnt string) er
 	if rep.Serving {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: the mounter at %s already serves another FUSE connection", st.VolumeID, socket)
 	}
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
+	if err := os.MkdirAll(mnt, 0o750); err != nil {
 		return status.Errorf(codes.Internal, "mountpoint: %v", err)
 	}
 	fd, err := handoff.MountFUSE(mnt, st.Source, st.ReadOnly)
@@ -212,9 +206,6 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		}
 	}
 	if err := unmountAll(req.GetStagingTargetPath()); err != nil {
-		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
-	}
-	if err := unmountAll(d.fuseMountpoint(req.GetVolumeId())); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
 	}
 	if err := os.RemoveAll(d.volumeDir(req.GetVolumeId())); err != nil {

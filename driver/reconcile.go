@@ -46,8 +46,7 @@ func (d *Driver) checkMounts(st *stagedVolume) error {
 	if err != nil {
 		return err
 	}
-	mnt := d.fuseMountpoint(st.VolumeID)
-	paths := []string{mnt, st.Staging}
+	paths := []string{st.Staging}
 	for t := range st.Targets {
 		paths = append(paths, t)
 	}
@@ -56,7 +55,7 @@ func (d *Driver) checkMounts(st *stagedVolume) error {
 			return fmt.Errorf("%s is not an objfuse mount", p)
 		}
 	}
-	_, err = probe(mnt, d.opts.ProbeTimeout)
+	_, err = probe(st.Staging, d.opts.ProbeTimeout)
 	return err
 }
 
@@ -67,7 +66,6 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	if err != nil {
 		return // unstaged meanwhile
 	}
-	mnt := d.fuseMountpoint(volumeID)
 	perr := d.checkMounts(st)
 	if perr == nil {
 		d.hangs[volumeID] = 0
@@ -95,7 +93,7 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 			d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
 			return
 		}
-		if m, ok, _ := isMounted(mnt); ok && m.FsType == handoff.FSType {
+		if m, ok, _ := isMounted(st.Staging); ok && m.FsType == handoff.FSType {
 			if err := abortConnection(m); err != nil {
 				d.log.Error("abort hung mount", "volume", volumeID, "err", err)
 			} else {

@@ -31,12 +31,6 @@ func (d *Driver) volumeDir(volumeID string) string {
 	return filepath.Join(d.volumesDir(), volume.Key(volumeID))
 }
 
-// fuseMountpoint is where the FUSE filesystem itself is mounted; staging
-// and targets are bind mounts of it.
-func (d *Driver) fuseMountpoint(volumeID string) string {
-	return filepath.Join(d.volumeDir(volumeID), "mnt")
-}
-
 func (d *Driver) stateFile(volumeID string) string {
 	return filepath.Join(d.volumeDir(volumeID), "volume.json")
 }
