@@ -173,7 +173,7 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	s := newSuite(t)
 	s.pvc("ro", scBucket, corev1.ReadWriteMany)
 	s.boundPV("ro")
-	s.pod("ro", "ro", `if echo x > /data/x 2>/tmp/err; then echo WROTE; else cat /tmp/err; fi`, podOpts{readOnly: true})
+	s.pod("ro", "ro", `if err=$( (echo x > /data/x) 2>&1 ); then echo WROTE; else echo "$err"; fi`, podOpts{readOnly: true})
 	out := s.waitPod("ro", corev1.PodSucceeded, 3*time.Minute)
 	if strings.Contains(out, "WROTE") || !strings.Contains(strings.ToLower(out), "read-only") {
 		t.Fatalf("write on a read-only mount: %q", out)
