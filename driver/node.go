@@ -125,11 +125,6 @@ func (d *Driver) healthy(path string) bool {
 // mountVolume (re)builds st's mounts: a fresh FUSE mount at the staging
 // path served by the mounter, bound at every target.
 func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
-	for t := range st.Targets {
-		if err := unmountAll(t); err != nil {
-			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
-		}
-	}
 	if err := unmountAll(st.Staging); err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 	}
@@ -139,6 +134,10 @@ func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
 	if err := d.serveFUSE(ctx, st, st.Staging); err != nil {
 		return err
 	}
+	// Targets get the new mount on top of the dead one, not in its
+	// place: a container that mounted the target with HostToContainer
+	// propagation receives mounts made below its mountpoint, so it sees
+	// the repaired volume at once. (NodeUnpublish removes the stack.)
 	for t, ro := range st.Targets {
 		if err := bindMount(st.Staging, t, ro); err != nil {
 			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)

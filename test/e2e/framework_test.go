@@ -26,7 +26,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 )
@@ -51,8 +54,9 @@ var (
 )
 
 type suite struct {
-	t  *testing.T
-	kc kubernetes.Interface
+	t   *testing.T
+	cfg *rest.Config
+	kc  kubernetes.Interface
 	s3 *minio.Client
 	ns string
 }
@@ -85,7 +89,7 @@ func newSuite(t *testing.T) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &suite{t: t, kc: kc, s3: s3}
+	s := &suite{t: t, cfg: cfg, kc: kc, s3: s3}
 	ns, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"},
 	}, metav1.CreateOptions{})
@@ -278,6 +282,19 @@ func (s *suite) eventFor(ns, kind, name, want string, d time.Duration) {
 		}
 		return false, fmt.Errorf("events: %v", msgs)
 	})
+}
+
+// exec runs a command in a pod's container, as kubectl exec does.
+func (s *suite) exec(ns, pod, container string, cmd ...string) (string, error) {
+	req := s.kc.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(s.cfg, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	err = ex.StreamWithContext(s.ctx(), remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	return out.String(), err
 }
 
 func TestMain(m *testing.M) {

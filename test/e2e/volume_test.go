@@ -270,3 +270,50 @@ func TestNodePluginRestartKeepsStreaming(t *testing.T) {
 		t.Fatalf("log has %d lines, want 40", n)
 	}
 }
+
+// TestMounterKilledIsRepaired: the mounter process dies (SIGQUIT: a Go
+// crash) while a pod uses the volume. Its container restarts, the node
+// plugin mounts the volume again, a pod mounting it with HostToContainer
+// propagation reads and sees new data through it again, and gets an Event.
+func TestMounterKilledIsRepaired(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("heal", scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV("heal")
+	bucket, prefix := volume(pv)
+	h2c := corev1.MountPropagationHostToContainer
+	s.pod("reader", "heal", `set -e; echo before > /data/before
+i=0; while [ $i -lt 360 ]; do
+  if [ "$(cat /data/before 2>/dev/null)" = before ] && [ -e /data/after ]; then echo healed; exit 0; fi
+  i=$((i+1)); sleep 0.5
+done; echo never healed; exit 1`, podOpts{propagation: &h2c})
+	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
+	s.eventually(time.Minute, "before to reach S3", func() (bool, error) {
+		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"before", minio.StatObjectOptions{})
+		return err == nil, nil
+	})
+	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounter := ""
+	for _, p := range pods.Items {
+		if p.Annotations["objfuse.csi.io/volume-id"] == pv.Spec.CSI.VolumeHandle {
+			mounter = p.Name
+		}
+	}
+	if mounter == "" {
+		t.Fatalf("no mounter pod for %s", pv.Spec.CSI.VolumeHandle)
+	}
+	// PID 1 ignores SIGKILL from inside its container; Go dies on SIGQUIT.
+	if out, err := s.exec(driverNS, mounter, "mounter", "kill", "-QUIT", "1"); err != nil {
+		t.Fatalf("kill the mounter: %v %s", err, out)
+	}
+	data := []byte("after\n")
+	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"after", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "healed") {
+		t.Fatalf("reader: %q", out)
+	}
+	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
+}
