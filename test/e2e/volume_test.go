@@ -317,3 +317,22 @@ done; echo never healed; exit 1`, podOpts{propagation: &h2c})
 	}
 	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
 }
+
+// TestUnknownEndpoint: a StorageClass naming an S3 endpoint nobody
+// answers at leaves the PVC Pending with an Event saying so.
+func TestUnknownEndpoint(t *testing.T) {
+	s := newSuite(t)
+	base, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := base.DeepCopy()
+	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-nowhere"}
+	sc.Parameters["endpoint"] = "http://127.0.0.1:1"
+	if _, err := s.kc.StorageV1().StorageClasses().Create(s.ctx(), sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
+	s.pvc("nowhere", sc.Name, corev1.ReadWriteMany)
+	s.eventFor(s.ns, "PersistentVolumeClaim", "nowhere", "cannot reach S3 endpoint http://127.0.0.1:1", 60*time.Second)
+}
