@@ -57,8 +57,8 @@ type suite struct {
 	t   *testing.T
 	cfg *rest.Config
 	kc  kubernetes.Interface
-	s3 *minio.Client
-	ns string
+	s3  *minio.Client
+	ns  string
 }
 
 var passed, failed atomic.Int32

@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -195,12 +196,8 @@ func TestNonRootWithFSGroup(t *testing.T) {
 // PVC Pending with an Event that names the cause.
 func TestWrongCredentials(t *testing.T) {
 	s := newSuite(t)
-	base, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	secretName := s.ns + "-wrong"
-	_, err = s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
+	_, err := s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: secretName},
 		StringData: map[string]string{"accessKeyID": "nobody", "secretAccessKey": "wrong-secret"},
 	}, metav1.CreateOptions{})
@@ -208,33 +205,19 @@ func TestWrongCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), secretName, metav1.DeleteOptions{}) })
-	sc := base.DeepCopy()
-	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-wrong"}
-	sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = secretName
-	sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = secretName
-	if _, err := s.kc.StorageV1().StorageClasses().Create(s.ctx(), sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
-	s.pvc("wrong", sc.Name, corev1.ReadWriteMany)
+	sc := s.storageClassVariant("wrong", func(sc *storagev1.StorageClass) {
+		sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = secretName
+		sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = secretName
+	})
+	s.pvc("wrong", sc, corev1.ReadWriteMany)
 	s.eventFor(s.ns, "PersistentVolumeClaim", "wrong", "InvalidAccessKeyId", 60*time.Second)
 }
 
 // TestBadParameter: an unknown StorageClass parameter is named in an Event.
 func TestBadParameter(t *testing.T) {
 	s := newSuite(t)
-	base, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := base.DeepCopy()
-	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-bad"}
-	sc.Parameters["bogusParameter"] = "1"
-	if _, err := s.kc.StorageV1().StorageClasses().Create(s.ctx(), sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
-	s.pvc("bad", sc.Name, corev1.ReadWriteMany)
+	sc := s.storageClassVariant("bad", func(sc *storagev1.StorageClass) { sc.Parameters["bogusParameter"] = "1" })
+	s.pvc("bad", sc, corev1.ReadWriteMany)
 	s.eventFor(s.ns, "PersistentVolumeClaim", "bad", "bogusParameter", 60*time.Second)
 }
 
@@ -322,17 +305,25 @@ done; echo never healed; exit 1`, podOpts{propagation: &h2c})
 // answers at leaves the PVC Pending with an Event saying so.
 func TestUnknownEndpoint(t *testing.T) {
 	s := newSuite(t)
+	sc := s.storageClassVariant("nowhere", func(sc *storagev1.StorageClass) { sc.Parameters["endpoint"] = "http://127.0.0.1:1" })
+	s.pvc("nowhere", sc, corev1.ReadWriteMany)
+	s.eventFor(s.ns, "PersistentVolumeClaim", "nowhere", "cannot reach S3 endpoint http://127.0.0.1:1", 60*time.Second)
+}
+
+// storageClassVariant creates a copy of the bucket-per-volume StorageClass
+// changed by edit, deleted when the test ends, and returns its name.
+func (s *suite) storageClassVariant(suffix string, edit func(*storagev1.StorageClass)) string {
+	s.t.Helper()
 	base, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	sc := base.DeepCopy()
-	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-nowhere"}
-	sc.Parameters["endpoint"] = "http://127.0.0.1:1"
+	sc.ObjectMeta = metav1.ObjectMeta{Name: s.ns + "-" + suffix}
+	edit(sc)
 	if _, err := s.kc.StorageV1().StorageClasses().Create(s.ctx(), sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
-	s.pvc("nowhere", sc.Name, corev1.ReadWriteMany)
-	s.eventFor(s.ns, "PersistentVolumeClaim", "nowhere", "cannot reach S3 endpoint http://127.0.0.1:1", 60*time.Second)
+	s.t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
+	return sc.Name
 }
