@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -326,4 +327,35 @@ func (s *suite) storageClassVariant(suffix string, edit func(*storagev1.StorageC
 	}
 	s.t.Cleanup(func() { s.kc.StorageV1().StorageClasses().Delete(s.ctx(), sc.Name, metav1.DeleteOptions{}) })
 	return sc.Name
+}
+
+// TestKubeletRestartKeepsStreaming: kubelet restarts (an upgrade, a
+// crash) while a pod streams writes; the mount lives in the mounter pod,
+// outside kubelet, so the stream goes on without an error and is complete.
+// E2E_RESTART_KUBELET is the command that restarts the node's kubelet
+// (default: the local cluster's script; on kind, a docker exec).
+func TestKubeletRestartKeepsStreaming(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("stream", scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV("stream")
+	bucket, prefix := volume(pv)
+	s.pod("streamer", "stream", `set -e; i=0; while [ $i -lt 40 ]; do echo "line $i" >> /data/log.txt; i=$((i+1)); sleep 0.25; done; echo done`, podOpts{})
+	s.waitPod("streamer", corev1.PodRunning, 3*time.Minute)
+	restart := env("E2E_RESTART_KUBELET", "../local/restart-kubelet.sh")
+	if out, err := exec.Command("sh", "-c", restart).CombinedOutput(); err != nil {
+		t.Fatalf("restart kubelet (%s): %v\n%s", restart, err, out)
+	}
+	if out := s.waitPod("streamer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
+		t.Fatalf("streamer: %q", out)
+	}
+	o, err := s.s3.GetObject(s.ctx(), bucket, prefix+"log.txt", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(o)
+	if n := strings.Count(buf.String(), "\n"); n != 40 {
+		t.Fatalf("log has %d lines, want 40", n)
+	}
 }
