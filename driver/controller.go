@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -473,5 +472,3 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 	}
 	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
 }
-
-var errNotAttached = errors.New("not attached")

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/objfuse/objfuse/driver/volume"
 )
 
 // Labels and annotations objfuse puts on mounter pods and Secrets.
@@ -85,7 +87,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 	}
 	labels[LabelComponent] = ComponentMounter
 	labels[LabelKey] = m.Key()
-	labels[LabelNode] = volumeKeyLabel(m.NodeID)
+	labels[LabelNode] = nodeLabel(m.NodeID)
 	tolerations := t.Tolerations
 	if len(tolerations) == 0 {
 		tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
@@ -214,10 +216,11 @@ func overrideResources(res *corev1.ResourceRequirements, m Mounter) error {
 	return nil
 }
 
-// volumeKeyLabel makes a node name fit a label value (at most 63 characters).
-func volumeKeyLabel(node string) string {
+// nodeLabel makes a node name fit a label value (at most 63 characters,
+// starting and ending with a letter or digit): long names become a hash.
+func nodeLabel(node string) string {
 	if len(node) <= 63 {
 		return node
 	}
-	return node[:46] + "-" + node[len(node)-16:]
+	return "node-" + volume.Key(node)
 }
