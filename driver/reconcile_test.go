@@ -23,11 +23,13 @@ import (
 func poll(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
 		if time.Since(start) > d {
 			t.Fatalf("%s: not within %s", what, d)
 		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+		<-tick.C
 	}
 	return time.Since(start)
 }

@@ -123,15 +123,16 @@ func Start(t testing.TB, o Options) *Env {
 	sock := filepath.Join(dir, "csi.sock")
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ctx, "unix://"+sock) }()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	tick := time.NewTicker(10 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
 		if _, err := os.Stat(sock); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("driver not listening on %s", sock)
 		}
-		time.Sleep(10 * time.Millisecond) // poll interval
 	}
+	tick.Stop()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -226,33 +226,17 @@ func TestBadParameter(t *testing.T) {
 // node plugin pod is deleted; the stream sees no error and the data is complete.
 func TestNodePluginRestartKeepsStreaming(t *testing.T) {
 	s := newSuite(t)
-	s.pvc("stream", scBucket, corev1.ReadWriteMany)
-	pv := s.boundPV("stream")
-	bucket, prefix := volume(pv)
-	s.pod("streamer", "stream", `set -e; i=0; while [ $i -lt 40 ]; do echo "line $i" >> /data/log.txt; i=$((i+1)); sleep 0.25; done; echo done`, podOpts{})
-	s.waitPod("streamer", corev1.PodRunning, 3*time.Minute)
-	nodes, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=objfuse-node"})
-	if err != nil || len(nodes.Items) == 0 {
-		t.Fatalf("node plugin pods: %v", err)
-	}
-	for _, p := range nodes.Items {
-		if err := s.kc.CoreV1().Pods(driverNS).Delete(s.ctx(), p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
+	s.streamThrough(func() {
+		nodes, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=objfuse-node"})
+		if err != nil || len(nodes.Items) == 0 {
+			t.Fatalf("node plugin pods: %v", err)
 		}
-	}
-	if out := s.waitPod("streamer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
-		t.Fatalf("streamer: %q", out)
-	}
-	o, err := s.s3.GetObject(s.ctx(), bucket, prefix+"log.txt", minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	var buf bytes.Buffer
-	buf.ReadFrom(o)
-	if n := strings.Count(buf.String(), "\n"); n != 40 {
-		t.Fatalf("log has %d lines, want 40", n)
-	}
+		for _, p := range nodes.Items {
+			if err := s.kc.CoreV1().Pods(driverNS).Delete(s.ctx(), p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestMounterKilledIsRepaired: the mounter process dies (SIGQUIT: a Go
@@ -336,15 +320,25 @@ func (s *suite) storageClassVariant(suffix string, edit func(*storagev1.StorageC
 // (default: the local cluster's script; on kind, a docker exec).
 func TestKubeletRestartKeepsStreaming(t *testing.T) {
 	s := newSuite(t)
+	s.streamThrough(func() {
+		restart := env("E2E_RESTART_KUBELET", "../local/restart-kubelet.sh")
+		if out, err := exec.Command("sh", "-c", restart).CombinedOutput(); err != nil {
+			t.Fatalf("restart kubelet (%s): %v\n%s", restart, err, out)
+		}
+	})
+}
+
+// streamThrough runs disrupt while a pod appends 40 lines to a file over
+// 10 s, then checks the pod saw no error and all 40 lines are in S3.
+func (s *suite) streamThrough(disrupt func()) {
+	t := s.t
+	t.Helper()
 	s.pvc("stream", scBucket, corev1.ReadWriteMany)
 	pv := s.boundPV("stream")
 	bucket, prefix := volume(pv)
 	s.pod("streamer", "stream", `set -e; i=0; while [ $i -lt 40 ]; do echo "line $i" >> /data/log.txt; i=$((i+1)); sleep 0.25; done; echo done`, podOpts{})
 	s.waitPod("streamer", corev1.PodRunning, 3*time.Minute)
-	restart := env("E2E_RESTART_KUBELET", "../local/restart-kubelet.sh")
-	if out, err := exec.Command("sh", "-c", restart).CombinedOutput(); err != nil {
-		t.Fatalf("restart kubelet (%s): %v\n%s", restart, err, out)
-	}
+	disrupt()
 	if out := s.waitPod("streamer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
 		t.Fatalf("streamer: %q", out)
 	}
