@@ -59,6 +59,7 @@ func (n *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 }
 
 func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -215,6 +216,7 @@ func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -246,6 +248,7 @@ func (n *dirNode) newAttrs(ctx context.Context, mode uint32) attrs {
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -292,6 +295,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 }
 
 func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -315,6 +319,7 @@ func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 }
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}

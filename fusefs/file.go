@@ -169,6 +169,7 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 }
 
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}

@@ -22,6 +22,7 @@ const (
 // directory by moving every object under it the same way. S3 has no
 // atomic rename: a crash midway can leave both copies, never neither.
 func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}

@@ -73,6 +73,7 @@ func (n *symlinkNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.A
 }
 
 func (n *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"syscall"
 )
@@ -22,6 +23,10 @@ func Errno(err error) syscall.Errno {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, context.Canceled):
+		// The caller's system call was interrupted and the kernel
+		// cancelled the request: EINTR, which callers retry, not EIO.
+		return syscall.EINTR
 	case errors.Is(err, ErrNotExist):
 		return syscall.ENOENT
 	case errors.Is(err, ErrAccess):
