@@ -4,9 +4,15 @@
 package sanity
 
 import (
+	"context"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/objfuse/objfuse/test/csitest"
 )
@@ -15,10 +21,26 @@ func TestSanity(t *testing.T) {
 	env := csitest.Start(t, csitest.Options{})
 	cfg := sanity.NewTestConfig()
 	cfg.Address = env.Endpoint
+	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(lateReady{insecure.NewCredentials()})}
 	cfg.TargetPath = env.Dir + "/target"
 	cfg.StagingPath = env.Dir + "/staging"
 	cfg.SecretsFile = env.SecretsFile
 	cfg.TestVolumeParameters = map[string]string{}
 	cfg.IdempotentCount = 2
 	sanity.Test(t, cfg)
+}
+
+// lateReady delays the connection's handshake a little. csi-test's
+// Connect waits for the connection's state to change from the state it
+// reads first; over a local socket the connection can be Ready before
+// that first read, and Connect then waits a minute and fails.
+type lateReady struct{ credentials.TransportCredentials }
+
+func (l lateReady) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-time.After(50 * time.Millisecond):
+	}
+	return l.TransportCredentials.ClientHandshake(ctx, authority, conn)
 }
