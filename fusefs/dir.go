@@ -23,6 +23,10 @@ type dirNode struct {
 	attr      attrs
 	hasMarker bool
 	listCache *listing
+	// shadowed are names where a lookup found a file and then learned
+	// that a directory of the same name exists too: lookups of these
+	// wait for both answers, so that the directory wins.
+	shadowed map[string]bool
 }
 
 var (
@@ -116,7 +120,11 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
-		r, err := n.fsys.resolve(ctx, n.key()+name)
+		var onShadow func()
+		if !n.isShadowed(name) {
+			onShadow = func() { n.shadow(name) }
+		}
+		r, err := n.fsys.resolve(ctx, n.key()+name, onShadow)
 		if err != nil {
 			return nil, errno(err)
 		}
@@ -241,7 +249,8 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 // newAttrs are the attributes of a node the caller creates now.
 func (n *dirNode) newAttrs(ctx context.Context, mode uint32) attrs {
 	a := attrs{mode: mode, uid: n.fsys.opts.UID, gid: n.fsys.opts.GID, mtime: time.Now()}
-	if c, ok := ctx.(*fuse.Context); ok {
+	// FromContext, not a type assertion: ctx may be wrapped (uninterruptible).
+	if c, ok := fuse.FromContext(ctx); ok {
 		a.uid, a.gid = c.Uid, c.Gid
 	}
 	return a

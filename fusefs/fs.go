@@ -151,39 +151,75 @@ type resolved struct {
 
 // resolve finds out what key is: a directory (a marker "key/" or any key
 // below "key/"), a file or symlink (an object "key"), or nothing. It asks
-// both questions at once so that a stat costs one round trip. When both
-// a file and a directory exist under one name, the directory wins and
-// the file is hidden: it holds more, and a name can only be one thing.
-func (f *FS) resolve(ctx context.Context, key string) (resolved, error) {
-	var (
-		wg      sync.WaitGroup
-		head    store.Object
-		headErr error
-		first   store.Entry
-		found   bool
-		listErr error
-	)
-	wg.Add(1)
+// both questions at once. When both a file and a directory exist under one
+// name, the directory wins and the file is hidden: it holds more, and a
+// name can only be one thing.
+//
+// With a non-nil onShadow, a file found by the HEAD is the answer as soon
+// as the HEAD returns, so a stat of an unlisted file costs one round trip.
+// The listing goes on; if it shows a directory of the same name too,
+// onShadow is called so that the directory wins from then on. With nil,
+// resolve waits for both answers (for changes, which must be sure).
+func (f *FS) resolve(ctx context.Context, key string, onShadow func()) (resolved, error) {
+	type headResult struct {
+		obj store.Object
+		err error
+	}
+	type listResult struct {
+		first store.Entry
+		found bool
+		err   error
+	}
+	heads := make(chan headResult, 1)
+	lists := make(chan listResult, 1)
+	listCtx, cancelList := ctx, context.CancelFunc(func() {})
+	if onShadow != nil {
+		// The listing may outlive this request, whose context go-fuse
+		// recycles once it is answered.
+		listCtx, cancelList = context.WithTimeout(context.Background(), shadowCheckTimeout)
+	}
 	go func() {
-		defer wg.Done()
-		head, headErr = f.store.Head(ctx, key)
+		o, err := f.store.Head(ctx, key)
+		heads <- headResult{o, err}
 	}()
-	if p, ok := f.store.(store.Prober); ok {
-		first, found, listErr = p.First(ctx, key+"/")
-	} else {
-		for e, err := range f.store.List(ctx, key+"/", "", false) {
-			first, found, listErr = e, err == nil, err
-			break
+	go func() {
+		defer cancelList()
+		e, found, err := f.first(listCtx, key+"/")
+		lists <- listResult{e, found, err}
+	}()
+	var (
+		h              headResult
+		l              listResult
+		haveH, haveL   bool
+		requestStopped = ctx.Done()
+	)
+	for !haveH || !haveL {
+		select {
+		case h = <-heads:
+			haveH = true
+			if h.err == nil && !haveL && onShadow != nil {
+				go func() {
+					if l := <-lists; l.err == nil && l.found {
+						f.stats.HiddenKeys.Add(1)
+						onShadow()
+					}
+				}()
+				return resolved{obj: h.obj}, nil
+			}
+		case l = <-lists:
+			haveL = true
+		case <-requestStopped:
+			cancelList()
+			requestStopped = nil
 		}
 	}
-	wg.Wait()
-	if listErr != nil {
-		return resolved{}, listErr
+	if l.err != nil {
+		return resolved{}, l.err
 	}
-	if found {
+	if l.found {
 		r := resolved{isDir: true}
-		if !first.IsPrefix() && first.Key == key+"/" {
-			r.obj = first.Object
+		if !l.first.IsPrefix() && l.first.Key == key+"/" {
+			r.obj = l.first.Object
 			if r.obj.Metadata == nil {
 				// A listing without metadata: read the marker's own.
 				if o, err := f.store.Head(ctx, key+"/"); err == nil {
@@ -191,15 +227,31 @@ func (f *FS) resolve(ctx context.Context, key string) (resolved, error) {
 				}
 			}
 		}
-		if headErr == nil {
+		if h.err == nil {
 			f.stats.HiddenKeys.Add(1)
 		}
 		return r, nil
 	}
-	if headErr != nil {
-		return resolved{}, headErr
+	if h.err != nil {
+		return resolved{}, h.err
 	}
-	return resolved{obj: head}, nil
+	return resolved{obj: h.obj}, nil
+}
+
+// shadowCheckTimeout bounds the listing that checks, after a lookup has
+// answered with a file, whether a directory of that name exists too.
+const shadowCheckTimeout = 30 * time.Second
+
+// first is the first entry under prefix: one one-key page when the store
+// can ask for one.
+func (f *FS) first(ctx context.Context, prefix string) (store.Entry, bool, error) {
+	if p, ok := f.store.(store.Prober); ok {
+		return p.First(ctx, prefix)
+	}
+	for e, err := range f.store.List(ctx, prefix, "", false) {
+		return e, err == nil, err
+	}
+	return store.Entry{}, false, nil
 }
 
 func errno(err error) syscall.Errno { return store.Errno(err) }

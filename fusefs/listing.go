@@ -124,3 +124,21 @@ func typeOf(e dirEntry) uint32 {
 	}
 	return syscall.S_IFREG
 }
+
+// shadow records that name is a directory hiding a file of the same name,
+// and makes the kernel forget the file it was told about.
+func (n *dirNode) shadow(name string) {
+	n.mu.Lock()
+	if n.shadowed == nil {
+		n.shadowed = map[string]bool{}
+	}
+	n.shadowed[name] = true
+	n.mu.Unlock()
+	n.NotifyEntry(name)
+}
+
+func (n *dirNode) isShadowed(name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.shadowed[name]
+}

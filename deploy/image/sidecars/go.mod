@@ -1,11 +1,16 @@
-// Wrapper module: builds csi-provisioner v6.3.0 from the Go module proxy for the
-// objfuse-sidecars image (deploy/image/build.sh). The upstream module has
-// replace directives, so `go install` refuses it; they are copied here.
-module github.com/objfuse/objfuse/deploy/image/sidecars/provisioner
+// Wrapper module: builds csi-provisioner v6.3.0 and csi-attacher v4.12.0 from
+// the Go module proxy for the objfuse-sidecars image (deploy/image/build.sh).
+// One module for both, on the same Kubernetes libraries (v0.36.1), so a cold
+// build compiles client-go and its dependencies once. The upstream modules
+// have replace directives, so `go install` refuses them; they are copied here.
+module github.com/objfuse/objfuse/deploy/image/sidecars
 
 go 1.26.0
 
-require github.com/kubernetes-csi/external-provisioner/v6 v6.3.0
+require (
+	github.com/kubernetes-csi/external-attacher/v4 v4.12.0
+	github.com/kubernetes-csi/external-provisioner/v6 v6.3.0
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -20,6 +25,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
+	github.com/evanphx/json-patch v5.9.11+incompatible // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
@@ -43,7 +49,7 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.26.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/google/cel-go v0.27.0 // indirect
+	github.com/google/cel-go v0.28.1 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
