@@ -30,19 +30,19 @@ type dirNode struct {
 }
 
 var (
-	_ fs.NodeLookuper  = (*dirNode)(nil)
-	_ fs.NodeReaddirer = (*dirNode)(nil)
-	_ fs.NodeGetattrer = (*dirNode)(nil)
-	_ fs.NodeSetattrer = (*dirNode)(nil)
-	_ fs.NodeMkdirer   = (*dirNode)(nil)
-	_ fs.NodeRmdirer   = (*dirNode)(nil)
-	_ fs.NodeCreater   = (*dirNode)(nil)
-	_ fs.NodeUnlinker  = (*dirNode)(nil)
-	_ fs.NodeRenamer   = (*dirNode)(nil)
-	_ fs.NodeSymlinker = (*dirNode)(nil)
-	_ fs.NodeStatfser  = (*dirNode)(nil)
-	_ fs.NodeLinker    = (*dirNode)(nil)
-	_ fs.NodeMknoder   = (*dirNode)(nil)
+	_ fs.NodeLookuper       = (*dirNode)(nil)
+	_ fs.NodeOpendirHandler = (*dirNode)(nil)
+	_ fs.NodeGetattrer      = (*dirNode)(nil)
+	_ fs.NodeSetattrer      = (*dirNode)(nil)
+	_ fs.NodeMkdirer        = (*dirNode)(nil)
+	_ fs.NodeRmdirer        = (*dirNode)(nil)
+	_ fs.NodeCreater        = (*dirNode)(nil)
+	_ fs.NodeUnlinker       = (*dirNode)(nil)
+	_ fs.NodeRenamer        = (*dirNode)(nil)
+	_ fs.NodeSymlinker      = (*dirNode)(nil)
+	_ fs.NodeStatfser       = (*dirNode)(nil)
+	_ fs.NodeLinker         = (*dirNode)(nil)
+	_ fs.NodeMknoder        = (*dirNode)(nil)
 )
 
 // key is the directory's prefix: "" for the root of a whole bucket,
@@ -196,31 +196,6 @@ func fillEntry(ctx context.Context, ch *fs.Inode, out *fuse.EntryOut) syscall.Er
 	}
 	out.Attr = ao.Attr
 	return 0
-}
-
-func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	entries, err := n.list(ctx)
-	if err != nil {
-		return nil, errno(err)
-	}
-	n.remember(entries)
-	seen := make(map[string]bool, len(entries))
-	out := make([]fuse.DirEntry, 0, len(entries))
-	for _, e := range entries {
-		seen[e.name] = true
-		mode := typeOf(e)
-		if !e.isDir && e.obj.Metadata != nil {
-			mode = n.fsys.attrsOf(e.obj, syscall.S_IFREG).mode & syscall.S_IFMT
-		}
-		out = append(out, fuse.DirEntry{Name: e.name, Mode: mode})
-	}
-	// Files created here whose first upload has not happened yet.
-	for name, ch := range n.Children() {
-		if f, ok := ch.Operations().(*fileNode); ok && !seen[name] && f.isLocal() {
-			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
-		}
-	}
-	return fs.NewListDirStream(out), 0
 }
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

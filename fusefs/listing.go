@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,46 +24,60 @@ type dirEntry struct {
 }
 
 // listing is a directory's cached listing. Lookups answer from it while it
-// is fresh, including "no such file" when it is complete.
+// is fresh, including "no such file" once it is complete. A listing still
+// arriving answers only for the names it has seen; its time moves on with
+// every entry, so a long listing's first pages stay fresh until it ends.
 type listing struct {
-	entries map[string]dirEntry
-	at      time.Time
+	entries  map[string]dirEntry
+	at       time.Time
+	complete bool
 }
 
-// list reads the whole directory from the store. A file and a directory
-// with the same name become the directory (see FS.resolve).
-func (n *dirNode) list(ctx context.Context) ([]dirEntry, error) {
+// listEach reads the directory from the store and calls emit with each
+// child, in key order, as soon as it is certain what the child is. A file
+// and a directory with the same name become the directory (see
+// FS.resolve): a file is held back until a later key shows that no
+// directory of its name follows ("d.txt" sorts between "d" and "d/").
+func (n *dirNode) listEach(ctx context.Context, emit func(dirEntry)) error {
 	dirKey := n.key()
-	byName := map[string]int{}
-	var out []dirEntry
+	seen := map[string]bool{}
+	var held []dirEntry
+	out := func(e dirEntry) {
+		seen[e.name] = true
+		emit(e)
+	}
 	for e, err := range n.fsys.store.List(ctx, dirKey, "", false) {
 		if err != nil {
-			return nil, err
+			return err
+		}
+		rel := strings.TrimPrefix(e.Name(), dirKey)
+		for len(held) > 0 && held[0].name+"/" <= rel {
+			h := held[0]
+			held = held[1:]
+			if h.name+"/" == rel {
+				n.fsys.stats.HiddenKeys.Add(1) // the directory below wins
+				continue
+			}
+			out(h)
 		}
 		name, isPrefix := childName(dirKey, e.Name())
 		if name == "" && !isPrefix {
 			continue // the directory's own marker
 		}
-		if !validName(name) {
+		if !validName(name) || seen[name] {
 			n.fsys.stats.HiddenKeys.Add(1)
 			continue
 		}
-		if i, ok := byName[name]; ok {
-			if isPrefix && !out[i].isDir {
-				out[i] = dirEntry{name: name, isDir: true}
-			}
-			n.fsys.stats.HiddenKeys.Add(1)
-			continue
-		}
-		byName[name] = len(out)
 		if isPrefix {
-			out = append(out, dirEntry{name: name, isDir: true})
+			out(dirEntry{name: name, isDir: true})
 		} else {
-			out = append(out, dirEntry{name: name, obj: e.Object})
+			held = append(held, dirEntry{name: name, obj: e.Object})
 		}
 	}
-	slices.SortFunc(out, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
-	return out, nil
+	for _, h := range held {
+		out(h)
+	}
+	return nil
 }
 
 // cached answers a lookup from a fresh listing: the entry, or
@@ -72,22 +85,32 @@ func (n *dirNode) list(ctx context.Context) ([]dirEntry, error) {
 func (n *dirNode) cached(name string) (e dirEntry, found, known bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l := n.listCache
-	if l == nil || time.Since(l.at) > n.fsys.opts.ListTTL {
+	l := n.freshListing()
+	if l == nil {
 		return dirEntry{}, false, false
 	}
 	e, found = l.entries[name]
+	if !found && !l.complete {
+		return dirEntry{}, false, false
+	}
 	if found && !e.isDir && e.obj.Metadata == nil {
 		return dirEntry{}, false, false // attributes unknown: ask the store
 	}
 	return e, found, true
 }
 
-func (n *dirNode) remember(entries []dirEntry) {
-	if len(entries) > maxCachedEntries {
-		return
+// freshListing is the cached listing if it is still fresh. Hold n.mu.
+func (n *dirNode) freshListing() *listing {
+	l := n.listCache
+	if l == nil || time.Since(l.at) > n.fsys.opts.ListTTL {
+		return nil
 	}
-	l := &listing{entries: make(map[string]dirEntry, len(entries)), at: time.Now()}
+	return l
+}
+
+// remember caches entries as the directory's complete listing.
+func (n *dirNode) remember(entries []dirEntry) {
+	l := &listing{entries: make(map[string]dirEntry, len(entries)), at: time.Now(), complete: true}
 	for _, e := range entries {
 		l.entries[e.name] = e
 	}

@@ -1,0 +1,220 @@
+package fusefs
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// dirStream is an open directory. Its entries reach the kernel as the
+// listing's pages arrive, so the kernel (and ls, which stats what it has
+// read) work on one page while the store prepares the next. A directory
+// listed less than ListTTL ago is served from that listing.
+type dirStream struct {
+	n *dirNode
+
+	mu      sync.Mutex
+	started bool
+	entries []fuse.DirEntry
+	done    bool
+	errno   syscall.Errno
+	// changed is closed (and replaced) whenever entries grow or done is set.
+	changed chan struct{}
+	idx     int
+	cancel  context.CancelFunc
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirStream)(nil)
+	_ fs.FileSeekdirer    = (*dirStream)(nil)
+	_ fs.FileReleasedirer = (*dirStream)(nil)
+)
+
+func (n *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &dirStream{n: n, changed: make(chan struct{}), cancel: func() {}}, 0, 0
+}
+
+// start begins the listing on the first read of the directory. Hold s.mu.
+func (s *dirStream) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	n := s.n
+	n.mu.Lock()
+	cached := n.freshListing()
+	if cached != nil && !cached.complete {
+		cached = nil // another reader's listing is still arriving
+	}
+	var entries []dirEntry
+	if cached != nil {
+		entries = make([]dirEntry, 0, len(cached.entries))
+		for _, e := range cached.entries {
+			entries = append(entries, e)
+		}
+	}
+	n.mu.Unlock()
+	if cached != nil {
+		slices.SortFunc(entries, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
+		for _, e := range entries {
+			s.entries = append(s.entries, n.direntOf(e))
+		}
+		s.entries = append(s.entries, n.localEntries(nil)...)
+		s.done = true
+		return
+	}
+	// The listing outlives the READDIR request that started it.
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.list(ctx)
+}
+
+// list runs the listing, publishing each entry to readers and to the
+// directory's listing cache as it arrives.
+func (s *dirStream) list(ctx context.Context) {
+	n := s.n
+	l := &listing{entries: map[string]dirEntry{}, at: time.Now()}
+	n.mu.Lock()
+	n.listCache = l
+	n.mu.Unlock()
+	seen := map[string]bool{}
+	err := n.listEach(ctx, func(e dirEntry) {
+		seen[e.name] = true
+		n.mu.Lock()
+		if n.listCache == l {
+			if len(l.entries) < maxCachedEntries {
+				l.entries[e.name] = e
+				l.at = time.Now()
+			} else {
+				n.listCache = nil // too large to keep
+			}
+		}
+		n.mu.Unlock()
+		s.publish(n.direntOf(e))
+	})
+	n.mu.Lock()
+	if n.listCache == l {
+		if err == nil {
+			l.complete, l.at = true, time.Now()
+		} else {
+			n.listCache = nil
+		}
+	}
+	n.mu.Unlock()
+	local := n.localEntries(seen)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.errno = errno(err)
+	} else {
+		s.entries = append(s.entries, local...)
+	}
+	s.done = true
+	s.signal()
+}
+
+func (s *dirStream) publish(e fuse.DirEntry) {
+	s.mu.Lock()
+	s.entries = append(s.entries, e)
+	s.signal()
+	s.mu.Unlock()
+}
+
+// signal wakes readers waiting for entries. Hold s.mu.
+func (s *dirStream) signal() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// waitFor blocks until entry i exists or the listing ended, and reports
+// whether it exists. Returns with s.mu held.
+func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
+	s.mu.Lock()
+	s.start()
+	for i >= len(s.entries) && !s.done {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return false, syscall.EINTR
+		}
+		s.mu.Lock()
+	}
+	return i < len(s.entries), 0
+}
+
+func (s *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	ok, errno := s.waitFor(ctx, s.idxLocked())
+	defer s.mu.Unlock()
+	if errno != 0 {
+		return nil, errno
+	}
+	if !ok {
+		return nil, s.errno // the end, or where the listing failed
+	}
+	e := s.entries[s.idx]
+	s.idx++
+	e.Off = uint64(s.idx)
+	return &e, 0
+}
+
+func (s *dirStream) idxLocked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idx
+}
+
+func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if off > 0 {
+		ok, errno := s.waitFor(ctx, int(off)-1)
+		defer s.mu.Unlock()
+		if errno != 0 {
+			return errno
+		}
+		if !ok {
+			return syscall.EINVAL
+		}
+	} else {
+		s.mu.Lock()
+		s.start()
+		defer s.mu.Unlock()
+	}
+	s.idx = int(off)
+	return 0
+}
+
+func (s *dirStream) Releasedir(ctx context.Context, releaseFlags uint32) {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	cancel()
+}
+
+// direntOf is the kernel's view of a listed child.
+func (n *dirNode) direntOf(e dirEntry) fuse.DirEntry {
+	mode := typeOf(e)
+	if !e.isDir && e.obj.Metadata != nil {
+		mode = n.fsys.attrsOf(e.obj, syscall.S_IFREG).mode & syscall.S_IFMT
+	}
+	return fuse.DirEntry{Name: e.name, Mode: mode}
+}
+
+// localEntries are files created here whose first upload has not happened
+// yet, so no listing shows them (except those in seen).
+func (n *dirNode) localEntries(seen map[string]bool) []fuse.DirEntry {
+	var out []fuse.DirEntry
+	for name, ch := range n.Children() {
+		if f, ok := ch.Operations().(*fileNode); ok && !seen[name] && f.isLocal() {
+			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+		}
+	}
+	return out
+}
