@@ -273,6 +273,7 @@ func run() (code int) {
 		}
 	}
 	printTable(os.Stdout, e, res, vs, cfg, notes)
+	printTargets(os.Stdout, e, res)
 	if e.proxy != nil {
 		var names []string
 		for _, v := range vs {

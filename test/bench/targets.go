@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// PEERS.md's reference machine: raw 1 GiB PutObject rate, and geesefs's
+// asynchronous-close create rate, the anchor of the async-create target.
+const (
+	referenceRawPutMBps  = 307.0
+	referenceAsyncCreate = 875.0
+)
+
+// target is one "Done when" line of the performance issue, judged on
+// this run's medians.
+type target struct {
+	what string
+	// judge returns the figures as text and whether the target is met;
+	// ok=false with have=false means the run lacks a figure.
+	judge func(med func(fs, key string) (float64, bool)) (text string, met, have bool)
+}
+
+func ratioTarget(what, fs, key string, maxRatio float64, lowerIsBetter bool) target {
+	return target{what: what, judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
+		o, ok1 := med(fs, key)
+		r, ok2 := med(rawName, key)
+		if !ok1 || !ok2 || r == 0 {
+			return "", false, false
+		}
+		ratio := o / r
+		met := ratio <= maxRatio
+		if !lowerIsBetter {
+			met = ratio >= maxRatio
+		}
+		return fmt.Sprintf("%.3g vs raw %.3g = %.2f×", o, r, ratio), met, true
+	}}
+}
+
+func absTarget(what, key string, max float64) target {
+	return target{what: what, judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
+		o, ok := med("objfuse", key)
+		if !ok {
+			return "", false, false
+		}
+		return fmt.Sprintf("%.3g", o), o <= max, true
+	}}
+}
+
+// aheadOf: objfuse's figure beats every peer's (higher is better).
+func aheadOf(what, fs, key string, peers ...string) target {
+	return target{what: what, judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
+		o, ok := med(fs, key)
+		if !ok {
+			return "", false, false
+		}
+		text, met, any := fmt.Sprintf("%.3g", o), true, false
+		for _, p := range peers {
+			if v, ok := med(p, key); ok {
+				any = true
+				text += fmt.Sprintf(", %s %.3g", p, v)
+				met = met && o > v
+			}
+		}
+		return text, met, any
+	}}
+}
+
+func performanceTargets(largestLs int) []target {
+	return []target{
+		ratioTarget("seq write until in S3 ≥ 0.95 × raw PutObject", "objfuse", "write_mbps", 0.95, false),
+		aheadOf("seq write until in S3 ahead of s3fs", "objfuse", "write_mbps", "s3fs"),
+		ratioTarget("cold seq read ≥ 1.0 × raw GetObject", "objfuse", "read_mbps", 1.0, false),
+		aheadOf("1000 creates, durable close, ahead of every durable-close peer", "objfuse", "create_fps", "s3fs", "rclone-off"),
+		{what: "1000 creates, async close, ahead of 875 files/s × (this run's raw PUT MB/s ÷ 307)", judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
+			o, ok1 := med("objfuse-async", "create_fps")
+			put, ok2 := med(rawName, "write_mbps")
+			small, ok3 := med(rawName, "create_fps")
+			if !ok1 || !ok2 {
+				return "", false, false
+			}
+			want := referenceAsyncCreate * put / referenceRawPutMBps
+			text := fmt.Sprintf("%.0f files/s vs %.0f (raw PUT %.0f MB/s", o, want, put)
+			if ok3 {
+				text += fmt.Sprintf("; raw small PUTs one at a time %.0f/s", small)
+			}
+			return text + ")", o > want, true
+		}},
+		ratioTarget(fmt.Sprintf("`ls -l` %d cold ≤ 1.3 × raw ListObjectsV2", largestLs), "objfuse", fmt.Sprintf("ls_cold_%d", largestLs), 1.3, true),
+		ratioTarget("stat of a never-listed file p50 ≤ 1.5 × one HEAD", "objfuse", "stat_p50", 1.5, true),
+		ratioTarget("first random 4 KiB read p50 ≤ 1.2 × one ranged GET", "objfuse", "rand_p50", 1.2, true),
+		absTarget("peak RSS during the 1 GiB copy ≤ 100 MB", "write_rss", 100),
+		absTarget("daemon CPU-s per GiB written ≤ 2.5", "write_cpu", 2.5),
+	}
+}
+
+// printTargets judges the issue's targets on this run's medians.
+func printTargets(w io.Writer, e *env, res results) {
+	fmt.Fprintf(w, "\nTargets (medians of this run):\n\n| target | figures | met |\n|---|---|---|\n")
+	for _, t := range performanceTargets(e.lsSizes[len(e.lsSizes)-1]) {
+		text, met, have := t.judge(res.median)
+		verdict := "no"
+		switch {
+		case !have:
+			text, verdict = "not measured in this run", "–"
+		case met:
+			verdict = "yes"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, text, verdict)
+	}
+}
