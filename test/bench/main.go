@@ -100,6 +100,7 @@ func run() (code int) {
 		profSecs   = flag.Int("profile-seconds", 15, "length of each CPU profile")
 		prefix     = flag.String("prefix", "", "mount this key prefix of the bucket rather than its root")
 		countReqs  = flag.Bool("count-requests", false, "send the filesystems' S3 traffic through a counting proxy and print the requests of each row (adds a hop: figures are not comparable with runs without it)")
+		objfuseEnv = flag.String("objfuse-env", "", "extra environment for objfuse-mount only, comma-separated (e.g. GOMAXPROCS=1,GOGC=200), for experiments")
 		keep       = flag.Bool("keep", false, "keep the work directory (MinIO data, caches)")
 	)
 	flag.Parse()
@@ -187,6 +188,10 @@ func run() (code int) {
 			continue
 		} else {
 			v.bin = p
+		}
+		if v.objfuse && *objfuseEnv != "" {
+			extra := strings.Split(*objfuseEnv, ",")
+			v.environ = func(e *env, base []string) []string { return append(base, extra...) }
 		}
 		vs = append(vs, v)
 	}
