@@ -125,6 +125,11 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			onShadow = func() { n.shadow(name) }
 		}
 		r, err := n.fsys.resolve(ctx, n.key()+name, onShadow)
+		if err == nil && !r.isDir && onShadow != nil && n.isShadowed(name) {
+			// The directory turned up while this lookup was answering; its
+			// kernel invalidation may have come too early to count.
+			r, err = n.fsys.resolve(ctx, n.key()+name, nil)
+		}
 		if err != nil {
 			return nil, errno(err)
 		}
@@ -184,7 +189,8 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 	case syscall.S_IFLNK:
 		node = &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
 	default:
-		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
+		// From the store, so stored: an open of it is not a local file.
+		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true}
 	}
 	return n.NewInode(ctx, node, fs.StableAttr{Mode: kind})
 }

@@ -28,6 +28,8 @@ type dirStream struct {
 	changed chan struct{}
 	idx     int
 	cancel  context.CancelFunc
+	// lastCtx is the request that took the last entry.
+	lastCtx context.Context
 }
 
 var (
@@ -48,45 +50,47 @@ func (s *dirStream) start() {
 	s.started = true
 	n := s.n
 	n.mu.Lock()
-	cached := n.freshListing()
-	if cached != nil && !cached.complete {
-		cached = nil // another reader's listing is still arriving
-	}
-	var entries []dirEntry
-	if cached != nil {
-		entries = make([]dirEntry, 0, len(cached.entries))
+	if cached := n.freshListing(); cached != nil && cached.complete {
+		entries := make([]dirEntry, 0, len(cached.entries))
+		seen := make(map[string]bool, len(cached.entries))
 		for _, e := range cached.entries {
 			entries = append(entries, e)
+			seen[e.name] = true
 		}
-	}
-	n.mu.Unlock()
-	if cached != nil {
+		n.mu.Unlock()
 		slices.SortFunc(entries, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 		for _, e := range entries {
 			s.entries = append(s.entries, n.direntOf(e))
 		}
-		s.entries = append(s.entries, n.localEntries(nil)...)
+		s.entries = append(s.entries, n.localEntries(seen)...)
 		s.done = true
 		return
 	}
+	// Installed in the same critical section as the check above, so a
+	// listing that just completed is never replaced by an empty one.
+	l := &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+	n.listCache = l
+	n.mu.Unlock()
 	// The listing outlives the READDIR request that started it.
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	go s.list(ctx)
+	go s.list(ctx, l)
 }
 
 // list runs the listing, publishing each entry to readers and to the
-// directory's listing cache as it arrives.
-func (s *dirStream) list(ctx context.Context) {
+// directory's listing cache l as it arrives.
+func (s *dirStream) list(ctx context.Context, l *listing) {
 	n := s.n
-	l := &listing{entries: map[string]dirEntry{}, at: time.Now()}
-	n.mu.Lock()
-	n.listCache = l
-	n.mu.Unlock()
 	seen := map[string]bool{}
-	err := n.listEach(ctx, func(e dirEntry) {
-		seen[e.name] = true
+	// cache records e in l, unless this mount changed the name since the
+	// listing began; it reports whether readers should see e.
+	cache := func(e dirEntry) bool {
 		n.mu.Lock()
+		defer n.mu.Unlock()
+		if l.changed[e.name] {
+			_, exists := l.entries[e.name]
+			return exists
+		}
 		if n.listCache == l {
 			if len(l.entries) < maxCachedEntries {
 				l.entries[e.name] = e
@@ -95,13 +99,22 @@ func (s *dirStream) list(ctx context.Context) {
 				n.listCache = nil // too large to keep
 			}
 		}
-		n.mu.Unlock()
-		s.publish(n.direntOf(e))
+		return true
+	}
+	err := n.listEach(ctx, func(e dirEntry) {
+		seen[e.name] = true
+		if cache(e) {
+			s.publish(n.direntOf(e))
+		}
+	}, func(dir dirEntry) {
+		// Readers already have the file: lookups get the directory.
+		cache(dir)
+		n.shadow(dir.name)
 	})
 	n.mu.Lock()
 	if n.listCache == l {
 		if err == nil {
-			l.complete, l.at = true, time.Now()
+			l.complete, l.at, l.changed = true, time.Now(), nil
 		} else {
 			n.listCache = nil
 		}
@@ -151,8 +164,21 @@ func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 	return i < len(s.entries), 0
 }
 
+// Readdirent is called by go-fuse for each entry of a READDIR(PLUS)
+// request, with the same ctx throughout one request. Once a request holds
+// an entry, it is answered with what has arrived rather than waiting for
+// the next page: the kernel asks again, and an interrupt cannot land
+// between entries (go-fuse would save it for the next request).
 func (s *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	ok, errno := s.waitFor(ctx, s.idxLocked())
+	s.mu.Lock()
+	s.start()
+	if ctx == s.lastCtx && s.idx >= len(s.entries) && !s.done {
+		s.mu.Unlock()
+		return nil, 0 // this request has entries: send them now
+	}
+	idx := s.idx
+	s.mu.Unlock()
+	ok, errno := s.waitFor(ctx, idx)
 	defer s.mu.Unlock()
 	if errno != 0 {
 		return nil, errno
@@ -163,13 +189,8 @@ func (s *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	e := s.entries[s.idx]
 	s.idx++
 	e.Off = uint64(s.idx)
+	s.lastCtx = ctx
 	return &e, 0
-}
-
-func (s *dirStream) idxLocked() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.idx
 }
 
 func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {

@@ -145,3 +145,131 @@ func TestReaddirDirectoryWinsOverFileOfSameName(t *testing.T) {
 		t.Fatalf("root lists %v, want %v (name: is a directory)", got, want)
 	}
 }
+
+// minioOrderStore yields each page of a listing as minio-go does: the
+// page's objects first, then its prefixes.
+type minioOrderStore struct {
+	store.Store
+	page int
+}
+
+func (s *minioOrderStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	return func(yield func(store.Entry, error) bool) {
+		var objects, prefixes []store.Entry
+		flush := func() bool {
+			for _, e := range append(objects, prefixes...) {
+				if !yield(e, nil) {
+					return false
+				}
+			}
+			objects, prefixes = nil, nil
+			return true
+		}
+		for e, err := range s.Store.List(ctx, prefix, startAfter, recursive) {
+			if err != nil {
+				yield(e, err)
+				return
+			}
+			if e.IsPrefix() {
+				prefixes = append(prefixes, e)
+			} else {
+				objects = append(objects, e)
+			}
+			if len(objects)+len(prefixes) == s.page && !flush() {
+				return
+			}
+		}
+		flush()
+	}
+}
+
+// With minio-go's order a file "d" arrives before the prefix "d/" that
+// hides it: the directory is listed once and wins.
+func TestReaddirDirectoryWinsInMinioGoOrder(t *testing.T) {
+	for _, page := range []int{2, 3, 1000} {
+		t.Run(fmt.Sprintf("page%d", page), func(t *testing.T) {
+			mem := memstore.New()
+			for _, k := range []string{"d", "d-1", "d/x", "e"} {
+				put(t, mem, k, []byte(k))
+			}
+			dir := mountFS(t, &minioOrderStore{Store: mem, page: page}, fusefs.Options{})
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, []string{"d", "d-1", "e"}) {
+				t.Fatalf("root lists %v", names)
+			}
+			eventually(t, 5*time.Second, "d to be the directory", func() bool {
+				fi, err := os.Stat(filepath.Join(dir, "d"))
+				return err == nil && fi.IsDir()
+			})
+			if got := string(readFile(t, filepath.Join(dir, "d", "x"))); got != "d/x" {
+				t.Fatalf("d/x reads %q", got)
+			}
+		})
+	}
+}
+
+// A second listing served from the cache while a file is open lists the
+// file once.
+func TestReaddirFromCacheWithOpenFile(t *testing.T) {
+	mem := memstore.New()
+	put(t, mem, "a", []byte("a"))
+	put(t, mem, "b", []byte("b"))
+	dir := mountFS(t, mem, fusefs.Options{ListTTL: time.Hour, StatTTL: time.Hour})
+	if _, err := os.ReadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("listed %v with a open", entries)
+	}
+}
+
+// A file removed through the mount while its directory's listing is on its
+// way is not brought back by that listing.
+func TestUnlinkDuringListingStaysUnlinked(t *testing.T) {
+	mem := memstore.New()
+	for _, k := range []string{"big/a", "big/b", "big/c"} {
+		put(t, mem, k, []byte(k))
+	}
+	st := &pausedListStore{Store: mem, prefix: "big/", before: 1, resume: make(chan struct{})}
+	dir := mountFS(t, st, fusefs.Options{ListTTL: time.Hour, StatTTL: time.Hour})
+	d, err := os.Open(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	first, err := d.Readdirnames(1)
+	if err != nil || len(first) != 1 || first[0] != "a" {
+		t.Fatalf("first entry: %v, %v", first, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "big", "c")); err != nil {
+		t.Fatal(err)
+	}
+	close(st.resume)
+	rest, err := d.Readdirnames(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(rest, "c") {
+		t.Fatalf("the listing brought back the removed file: %v", rest)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "big", "c")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat of the removed file: %v", err)
+	}
+}

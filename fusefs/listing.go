@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"strings"
 	"syscall"
 	"time"
 
@@ -31,53 +30,49 @@ type listing struct {
 	entries  map[string]dirEntry
 	at       time.Time
 	complete bool
+	// changed are names this mount created, changed or removed while the
+	// listing was arriving: the store's older answer for them is ignored.
+	changed map[string]bool
 }
 
 // listEach reads the directory from the store and calls emit with each
-// child, in key order, as soon as it is certain what the child is. A file
-// and a directory with the same name become the directory (see
-// FS.resolve): a file is held back until a later key shows that no
-// directory of its name follows ("d.txt" sorts between "d" and "d/").
-func (n *dirNode) listEach(ctx context.Context, emit func(dirEntry)) error {
+// child as it arrives. A file and a directory with the same name are the
+// directory (see FS.resolve). Stores may yield a page's objects before its
+// prefixes (minio-go does), so a file can come before the directory that
+// hides it; then shadowed is called with the directory.
+func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) error {
 	dirKey := n.key()
-	seen := map[string]bool{}
-	var held []dirEntry
-	out := func(e dirEntry) {
-		seen[e.name] = true
-		emit(e)
-	}
+	isDir := map[string]bool{} // the names emitted so far
 	for e, err := range n.fsys.store.List(ctx, dirKey, "", false) {
 		if err != nil {
 			return err
-		}
-		rel := strings.TrimPrefix(e.Name(), dirKey)
-		for len(held) > 0 && held[0].name+"/" <= rel {
-			h := held[0]
-			held = held[1:]
-			if h.name+"/" == rel {
-				n.fsys.stats.HiddenKeys.Add(1) // the directory below wins
-				continue
-			}
-			out(h)
 		}
 		name, isPrefix := childName(dirKey, e.Name())
 		if name == "" && !isPrefix {
 			continue // the directory's own marker
 		}
-		if !validName(name) || seen[name] {
+		if !validName(name) {
 			n.fsys.stats.HiddenKeys.Add(1)
 			continue
 		}
+		if wasDir, ok := isDir[name]; ok {
+			n.fsys.stats.HiddenKeys.Add(1)
+			if isPrefix && !wasDir {
+				isDir[name] = true
+				shadowed(dirEntry{name: name, isDir: true})
+			}
+			continue
+		}
+		isDir[name] = isPrefix
 		if isPrefix {
-			out(dirEntry{name: name, isDir: true})
+			emit(dirEntry{name: name, isDir: true})
 		} else {
-			held = append(held, dirEntry{name: name, obj: e.Object})
+			emit(dirEntry{name: name, obj: e.Object})
 		}
 	}
-	for _, h := range held {
-		out(h)
-	}
-	return nil
+	// A listing stopped between pages ends without an error: it must not
+	// pass for a complete one.
+	return ctx.Err()
 }
 
 // cached answers a lookup from a fresh listing: the entry, or
@@ -127,6 +122,9 @@ func (n *dirNode) noteChild(name string, e *dirEntry) {
 	if n.listCache == nil {
 		return
 	}
+	if !n.listCache.complete {
+		n.listCache.changed[name] = true
+	}
 	if e == nil {
 		delete(n.listCache.entries, name)
 	} else {
@@ -157,7 +155,9 @@ func (n *dirNode) shadow(name string) {
 	}
 	n.shadowed[name] = true
 	n.mu.Unlock()
-	n.NotifyEntry(name)
+	// Not inline: the kernel may hold the directory's lock for a READDIR
+	// that waits for the very listing that found the directory.
+	go n.NotifyEntry(name)
 }
 
 func (n *dirNode) isShadowed(name string) bool {

@@ -71,6 +71,12 @@ func TestLookupAnswersFileBeforeListingThenDirectoryWins(t *testing.T) {
 			t.Fatalf("%s is %v before the listing answers, want the file the HEAD found", name, fi.Mode())
 		}
 	}
+	// Held open, the file the lookup found must still give way.
+	open, err := os.Open(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
 	close(st.release)
 	eventually(t, 5*time.Second, "d to become the directory", func() bool {
 		fi, err := os.Stat(filepath.Join(dir, "d"))
