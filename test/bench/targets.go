@@ -76,6 +76,7 @@ func performanceTargets(largestLs int) []target {
 			o, ok1 := med("objfuse-async", "create_fps")
 			put, ok2 := med(rawName, "write_mbps")
 			small, ok3 := med(rawName, "create_fps")
+			par, ok4 := med(rawName, "create_par_fps")
 			if !ok1 || !ok2 {
 				return "", false, false
 			}
@@ -83,6 +84,9 @@ func performanceTargets(largestLs int) []target {
 			text := fmt.Sprintf("%.0f files/s vs %.0f (raw PUT %.0f MB/s", o, want, put)
 			if ok3 {
 				text += fmt.Sprintf("; raw small PUTs one at a time %.0f/s", small)
+			}
+			if ok4 {
+				text += fmt.Sprintf(", 32 in parallel %.0f/s", par)
 			}
 			return text + ")", o > want, true
 		}},
