@@ -23,9 +23,9 @@ type dirNode struct {
 	attr      attrs
 	hasMarker bool
 	listCache *listing
-	// shadowed are names where a lookup found a file and then learned
-	// that a directory of the same name exists too: lookups of these
-	// wait for both answers, so that the directory wins.
+	// shadowed are names a listing showed as a directory after it had
+	// handed out a file of the same name: lookups of these ask for both,
+	// so that the directory wins.
 	shadowed map[string]bool
 }
 
@@ -120,16 +120,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
-		var onShadow func()
-		if !n.isShadowed(name) {
-			onShadow = func() { n.shadow(name) }
-		}
-		r, err := n.fsys.resolve(ctx, n.key()+name, onShadow)
-		if err == nil && !r.isDir && onShadow != nil && n.isShadowed(name) {
-			// The directory turned up while this lookup was answering; its
-			// kernel invalidation may have come too early to count.
-			r, err = n.fsys.resolve(ctx, n.key()+name, nil)
-		}
+		r, err := n.fsys.resolve(ctx, n.key()+name, !n.knownDirectory(name))
 		if err != nil {
 			return nil, errno(err)
 		}
@@ -137,6 +128,15 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	ch := n.childFor(ctx, e)
 	return ch, fillEntry(ctx, ch, out)
+}
+
+// knownDirectory reports a name this mount has seen as a directory: its
+// lookup asks for both a file and a directory, so that it stays one.
+func (n *dirNode) knownDirectory(name string) bool {
+	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Mode == syscall.S_IFDIR {
+		return true
+	}
+	return n.isShadowed(name)
 }
 
 // localChild is a child inode this mount created that the store does not

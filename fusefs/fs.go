@@ -150,97 +150,75 @@ type resolved struct {
 }
 
 // resolve finds out what key is: a directory (a marker "key/" or any key
-// below "key/"), a file or symlink (an object "key"), or nothing. It asks
-// both questions at once. When both a file and a directory exist under one
-// name, the directory wins and the file is hidden: it holds more, and a
-// name can only be one thing.
+// below "key/"), a file or symlink (an object "key"), or nothing.
 //
-// With a non-nil onShadow, a file found by the HEAD is the answer as soon
-// as the HEAD returns, so a stat of an unlisted file costs one round trip.
-// The listing goes on; if it shows a directory of the same name too,
-// onShadow is called so that the directory wins from then on. With nil,
-// resolve waits for both answers (for changes, which must be sure).
-func (f *FS) resolve(ctx context.Context, key string, onShadow func()) (resolved, error) {
-	type headResult struct {
-		obj store.Object
-		err error
+// With headFirst, a HEAD that finds the object settles it: a stat of a
+// file costs one request. Only when there is no such object does a one-key
+// LIST look for a directory. Without headFirst (a name known to be a
+// directory, or a change that must be sure) both are asked at once, and
+// when both a file and a directory exist under one name the directory wins
+// and the file is hidden: it holds more, and a name can only be one thing.
+// Listings apply the same rule, so a name a listing showed as a directory
+// stays one.
+func (f *FS) resolve(ctx context.Context, key string, headFirst bool) (resolved, error) {
+	if headFirst {
+		head, err := f.store.Head(ctx, key)
+		if err == nil {
+			return resolved{obj: head}, nil
+		}
+		if !errors.Is(err, store.ErrNotExist) {
+			return resolved{}, err
+		}
+		first, found, err := f.first(ctx, key+"/")
+		if err != nil {
+			return resolved{}, err
+		}
+		if !found {
+			return resolved{}, fmt.Errorf("resolve %q: %w", key, store.ErrNotExist)
+		}
+		return f.directory(ctx, key, first), nil
 	}
-	type listResult struct {
-		first store.Entry
-		found bool
-		err   error
-	}
-	heads := make(chan headResult, 1)
-	lists := make(chan listResult, 1)
-	listCtx, cancelList := ctx, context.CancelFunc(func() {})
-	if onShadow != nil {
-		// The listing may outlive this request, whose context go-fuse
-		// recycles once it is answered.
-		listCtx, cancelList = context.WithTimeout(context.Background(), shadowCheckTimeout)
-	}
-	go func() {
-		o, err := f.store.Head(ctx, key)
-		heads <- headResult{o, err}
-	}()
-	go func() {
-		defer cancelList()
-		e, found, err := f.first(listCtx, key+"/")
-		lists <- listResult{e, found, err}
-	}()
 	var (
-		h              headResult
-		l              listResult
-		haveH, haveL   bool
-		requestStopped = ctx.Done()
+		wg      sync.WaitGroup
+		head    store.Object
+		headErr error
 	)
-	for !haveH || !haveL {
-		select {
-		case h = <-heads:
-			haveH = true
-			if h.err == nil && !haveL && onShadow != nil {
-				go func() {
-					if l := <-lists; l.err == nil && l.found {
-						f.stats.HiddenKeys.Add(1)
-						onShadow()
-					}
-				}()
-				return resolved{obj: h.obj}, nil
-			}
-		case l = <-lists:
-			haveL = true
-		case <-requestStopped:
-			cancelList()
-			requestStopped = nil
-		}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		head, headErr = f.store.Head(ctx, key)
+	}()
+	first, found, listErr := f.first(ctx, key+"/")
+	wg.Wait()
+	if listErr != nil {
+		return resolved{}, listErr
 	}
-	if l.err != nil {
-		return resolved{}, l.err
-	}
-	if l.found {
-		r := resolved{isDir: true}
-		if !l.first.IsPrefix() && l.first.Key == key+"/" {
-			r.obj = l.first.Object
-			if r.obj.Metadata == nil {
-				// A listing without metadata: read the marker's own.
-				if o, err := f.store.Head(ctx, key+"/"); err == nil {
-					r.obj = o
-				}
-			}
-		}
-		if h.err == nil {
+	if found {
+		if headErr == nil {
 			f.stats.HiddenKeys.Add(1)
 		}
-		return r, nil
+		return f.directory(ctx, key, first), nil
 	}
-	if h.err != nil {
-		return resolved{}, h.err
+	if headErr != nil {
+		return resolved{}, headErr
 	}
-	return resolved{obj: h.obj}, nil
+	return resolved{obj: head}, nil
 }
 
-// shadowCheckTimeout bounds the listing that checks, after a lookup has
-// answered with a file, whether a directory of that name exists too.
-const shadowCheckTimeout = 30 * time.Second
+// directory is key as a directory whose listing starts with first.
+func (f *FS) directory(ctx context.Context, key string, first store.Entry) resolved {
+	r := resolved{isDir: true}
+	if !first.IsPrefix() && first.Key == key+"/" {
+		r.obj = first.Object
+		if r.obj.Metadata == nil {
+			// A listing without metadata: read the marker's own.
+			if o, err := f.store.Head(ctx, key+"/"); err == nil {
+				r.obj = o
+			}
+		}
+	}
+	return r
+}
 
 // first is the first entry under prefix: one one-key page when the store
 // can ask for one.

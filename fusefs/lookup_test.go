@@ -13,87 +13,68 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 )
 
-// slowListStore holds every listing until release is closed, so a test can
-// see what a lookup answers before the listing does.
-type slowListStore struct {
+// countingStore counts HEADs and listings, and holds listings while
+// hold is open (not closed).
+type countingStore struct {
 	store.Store
-	release chan struct{}
+	heads, lists chan struct{}
 }
 
-func (s *slowListStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
-	return func(yield func(store.Entry, error) bool) {
+func (s *countingStore) Head(ctx context.Context, key string) (store.Object, error) {
+	s.heads <- struct{}{}
+	return s.Store.Head(ctx, key)
+}
+
+func (s *countingStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	s.lists <- struct{}{}
+	return s.Store.List(ctx, prefix, startAfter, recursive)
+}
+
+func drain(c chan struct{}) int {
+	n := 0
+	for {
 		select {
-		case <-s.release:
-		case <-ctx.Done():
-			yield(store.Entry{}, ctx.Err())
-			return
-		}
-		for e, err := range s.Store.List(ctx, prefix, startAfter, recursive) {
-			if !yield(e, err) {
-				return
-			}
+		case <-c:
+			n++
+		default:
+			return n
 		}
 	}
 }
 
-// A stat of an unlisted file answers as soon as the HEAD does; when the
-// listing then shows a directory of the same name, the directory wins.
-func TestLookupAnswersFileBeforeListingThenDirectoryWins(t *testing.T) {
+// A stat of an unlisted file is one HEAD. When the bucket holds both "d"
+// and "d/e", a listing makes d the directory, and it stays one after
+// every cache has expired.
+func TestLookupIsOneHeadAndListedDirectoriesWin(t *testing.T) {
 	mem := memstore.New()
 	put(t, mem, "plain", []byte("plain"))
 	put(t, mem, "d", []byte("file d"))
 	put(t, mem, "d/e", []byte("d/e"))
-	st := &slowListStore{Store: mem, release: make(chan struct{})}
-	dir := mountFS(t, st, fusefs.Options{StatTTL: 50 * time.Millisecond, ListTTL: 50 * time.Millisecond})
+	st := &countingStore{Store: mem, heads: make(chan struct{}, 1000), lists: make(chan struct{}, 1000)}
+	const ttl = 50 * time.Millisecond
+	dir := mountFS(t, st, fusefs.Options{StatTTL: ttl, ListTTL: ttl})
 
-	for _, name := range []string{"plain", "d"} {
-		type result struct {
-			fi  os.FileInfo
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			fi, err := os.Stat(filepath.Join(dir, name))
-			done <- result{fi, err}
-		}()
-		var r result
-		select {
-		case r = <-done:
-		case <-time.After(5 * time.Second):
-			close(st.release) // let the stat finish before the unmount
-			t.Fatalf("stat %s waited for the listing", name)
-		}
-		fi, err := r.fi, r.err
-		if err != nil {
-			t.Fatalf("stat %s while listings are held: %v", name, err)
-		}
-		if !fi.Mode().IsRegular() {
-			t.Fatalf("%s is %v before the listing answers, want the file the HEAD found", name, fi.Mode())
-		}
+	drain(st.heads)
+	drain(st.lists)
+	fi, err := os.Stat(filepath.Join(dir, "plain"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("stat plain: %v, %v", fi, err)
 	}
-	// Held open, the file the lookup found must still give way.
-	open, err := os.Open(filepath.Join(dir, "d"))
-	if err != nil {
+	if h, l := drain(st.heads), drain(st.lists); h != 1 || l != 0 {
+		t.Fatalf("stat of an unlisted file sent %d HEADs and %d LISTs, want 1 and 0", h, l)
+	}
+
+	if _, err := os.ReadDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	defer open.Close()
-	close(st.release)
-	eventually(t, 5*time.Second, "d to become the directory", func() bool {
-		fi, err := os.Stat(filepath.Join(dir, "d"))
-		return err == nil && fi.IsDir()
-	})
-	if got := string(readFile(t, filepath.Join(dir, "d", "e"))); got != "d/e" {
-		t.Fatalf("d/e reads %q", got)
-	}
-	// Later lookups (past every TTL) keep the directory.
-	deadline := time.Now().Add(300 * time.Millisecond)
+	deadline := time.Now().Add(10 * ttl)
 	for time.Now().Before(deadline) {
 		fi, err := os.Stat(filepath.Join(dir, "d"))
 		if err != nil || !fi.IsDir() {
-			t.Fatalf("d went back to %v, %v", fi.Mode(), err)
+			t.Fatalf("after a listing, d is %v (%v), want the directory", fi.Mode(), err)
 		}
 	}
-	if fi, err := os.Stat(filepath.Join(dir, "plain")); err != nil || !fi.Mode().IsRegular() {
-		t.Fatalf("plain: %v, %v", fi, err)
+	if got := string(readFile(t, filepath.Join(dir, "d", "e"))); got != "d/e" {
+		t.Fatalf("d/e reads %q", got)
 	}
 }

@@ -147,6 +147,7 @@ func printTable(w io.Writer, e *env, res results, vs []*variant, cfg string, not
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Raw column: write = one PutObject, read = one GetObject stream, random reads = ranged 4 KiB GETs, creates = sequential 4 KiB PutObjects,\n")
 	fmt.Fprintf(w, "`ls -l` = a delimited ListObjectsV2 (same figure cold and warm), stat = one HEAD; CPU rows are the raw client's own CPU.\n")
+	fmt.Fprintf(w, "Cold rows (objfuse, peers and the raw anchors of reads, listings and HEADs) start after echo 3 > /proc/sys/vm/drop_caches.\n")
 	fmt.Fprintf(w, "Ratios are objfuse's figure divided by the other; ✓ means objfuse is at least as good, ✗ worse by more than 10%%, ≈ within 10%%.\n")
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
