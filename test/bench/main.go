@@ -85,23 +85,24 @@ func main() {
 
 func run() (code int) {
 	var (
-		sizeFlag   = flag.String("size", "1GiB", "size of the sequential write and read files (e.g. 256MiB, 1GiB)")
-		rounds     = flag.Int("rounds", 3, "interleaved rounds; each figure is their median")
-		files      = flag.Int("files", 1000, "4 KiB files the create row makes")
-		randReads  = flag.Int("rand-reads", 200, "random 4 KiB reads after a cold mount")
-		stats      = flag.Int("stats", 100, "never-listed files the stat row stats")
-		lsFlag     = flag.String("ls", "1000,10000", "sizes of the directories `ls -l` lists")
-		only       = flag.String("fs", "objfuse,objfuse-async,s3fs,rclone-off,rclone-full", "filesystems to measure (raw minio-go always runs)")
-		rowsFlag   = flag.String("rows", strings.Join(rowOrder, ","), "rows to run")
-		objfuseBin = flag.String("objfuse-bin", "", "prebuilt objfuse-mount (default: go build ./cmd/objfuse-mount)")
-		install    = flag.Bool("install", false, "apt-get install s3fs and rclone if missing")
-		jsonOut    = flag.String("json", "", "also write every round's figures to this JSON file")
-		profDir    = flag.String("profile", "", "after the rounds, CPU-profile objfuse through its pprof endpoint for each row and write the profiles and their tops here")
-		profSecs   = flag.Int("profile-seconds", 15, "length of each CPU profile")
-		prefix     = flag.String("prefix", "", "mount this key prefix of the bucket rather than its root")
-		countReqs  = flag.Bool("count-requests", false, "send the filesystems' S3 traffic through a counting proxy and print the requests of each row (adds a hop: figures are not comparable with runs without it)")
-		objfuseEnv = flag.String("objfuse-env", "", "extra environment for objfuse-mount only, comma-separated (e.g. GOMAXPROCS=1,GOGC=200), for experiments")
-		keep       = flag.Bool("keep", false, "keep the work directory (MinIO data, caches)")
+		sizeFlag    = flag.String("size", "1GiB", "size of the sequential write and read files (e.g. 256MiB, 1GiB)")
+		rounds      = flag.Int("rounds", 3, "interleaved rounds; each figure is their median")
+		files       = flag.Int("files", 1000, "4 KiB files the create row makes")
+		randReads   = flag.Int("rand-reads", 200, "random 4 KiB reads after a cold mount")
+		stats       = flag.Int("stats", 100, "never-listed files the stat row stats")
+		lsFlag      = flag.String("ls", "1000,10000", "sizes of the directories `ls -l` lists")
+		only        = flag.String("fs", "objfuse,objfuse-async,s3fs,rclone-off,rclone-full", "filesystems to measure (raw minio-go always runs)")
+		rowsFlag    = flag.String("rows", strings.Join(rowOrder, ","), "rows to run")
+		objfuseBin  = flag.String("objfuse-bin", "", "prebuilt objfuse-mount (default: go build ./cmd/objfuse-mount)")
+		install     = flag.Bool("install", false, "apt-get install s3fs and rclone if missing")
+		jsonOut     = flag.String("json", "", "also write every round's figures to this JSON file")
+		profDir     = flag.String("profile", "", "after the rounds, CPU-profile objfuse through its pprof endpoint for each row and write the profiles and their tops here")
+		profSecs    = flag.Int("profile-seconds", 15, "length of each CPU profile")
+		prefix      = flag.String("prefix", "", "mount this key prefix of the bucket rather than its root")
+		countReqs   = flag.Bool("count-requests", false, "send the filesystems' S3 traffic through a counting proxy and print the requests of each row (adds a hop: figures are not comparable with runs without it)")
+		objfuseArgs = flag.String("objfuse-args", "", "extra objfuse-mount flags, comma-separated (e.g. --concurrency=8), for experiments")
+		objfuseEnv  = flag.String("objfuse-env", "", "extra environment for objfuse-mount only, comma-separated (e.g. GOMAXPROCS=1,GOGC=200), for experiments")
+		keep        = flag.Bool("keep", false, "keep the work directory (MinIO data, caches)")
 	)
 	flag.Parse()
 	if reexecWithoutPreemptionSignals() {
@@ -188,6 +189,15 @@ func run() (code int) {
 			continue
 		} else {
 			v.bin = p
+		}
+		if v.objfuse && *objfuseArgs != "" {
+			base, extra := v.args, strings.Split(*objfuseArgs, ",")
+			v.args = func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
+				a := base(e, bucket, mnt, cacheDir, metricsAddr)
+				// Flags go before the two positional arguments.
+				n := len(a) - 2
+				return append(append(append([]string{}, a[:n]...), extra...), a[n:]...)
+			}
 		}
 		if v.objfuse && *objfuseEnv != "" {
 			extra := strings.Split(*objfuseEnv, ",")
