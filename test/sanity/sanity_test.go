@@ -34,7 +34,9 @@ func TestSanity(t *testing.T) {
 // Connect waits for the connection's state to change from the state it
 // reads first; over a local socket the connection can be Ready before
 // that first read, and Connect then waits a minute and fails.
-type lateReady struct{ credentials.TransportCredentials }
+type lateReady struct {
+	credentials.TransportCredentials
+}
 
 func (l lateReady) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	select {
