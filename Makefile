@@ -21,7 +21,7 @@ unit:
 # The e2e suite on a real one-node Kubernetes here (test/local): cluster,
 # images, MinIO and objfuse up, the suite, everything down. Needs root.
 # Kubernetes and the CSI sidecars are built from source the first time
-# (about 25 minutes on two cores, under a minute warm).
+# (about 15 minutes on two cores, under two minutes warm).
 e2e:
 	test/local/e2e.sh
 
