@@ -132,15 +132,7 @@ func TestReaddirDirectoryWinsOverFileOfSameName(t *testing.T) {
 		put(t, mem, k, []byte(k))
 	}
 	dir := mountFS(t, mem, fusefs.Options{})
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	slices.Sort(names)
+	names := listNames(t, dir)
 	want := map[string]bool{"d": true, "d-1": false, "d.txt": false, "e": true, "f": false, "g": true}
 	if !slices.Equal(names, slices.Sorted(maps.Keys(want))) {
 		t.Fatalf("root lists %v, want each of %v once", names, slices.Sorted(maps.Keys(want)))
@@ -200,15 +192,7 @@ func TestReaddirDirectoryWinsInMinioGoOrder(t *testing.T) {
 				put(t, mem, k, []byte(k))
 			}
 			dir := mountFS(t, &minioOrderStore{Store: mem, page: page}, fusefs.Options{})
-			entries, err := os.ReadDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
-			slices.Sort(names)
+			names := listNames(t, dir)
 			if !slices.Equal(names, []string{"d", "d-1", "e"}) {
 				t.Fatalf("root lists %v", names)
 			}
@@ -279,4 +263,18 @@ func TestUnlinkDuringListingStaysUnlinked(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "big", "c")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stat of the removed file: %v", err)
 	}
+}
+
+// listNames is a directory's entry names, sorted (os.ReadDir sorts).
+func listNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("readdir %s: %v", dir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
 }

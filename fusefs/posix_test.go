@@ -493,17 +493,7 @@ func testOddKeys(t *testing.T, st store.Store, dir string) {
 			t.Fatalf("put %q: %v", k, err)
 		}
 	}
-	names := func(d string) []string {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			t.Fatalf("readdir %s: %v", d, err)
-		}
-		var out []string
-		for _, e := range entries {
-			out = append(out, e.Name())
-		}
-		return out
-	}
+	names := func(d string) []string { return listNames(t, d) }
 	// Root shows a (from a//b, but b is hidden), d as a directory, ok,
 	// plain; "..", ".", the long name and the empty segment are hidden.
 	want := []string{"d", "plain"}
