@@ -49,18 +49,18 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 		r.dropAll() // the object changed: prefetched data is stale
 		r.etag = etag
 	}
-	sequential := off == r.next || (len(r.chunks) > 0 && off >= r.chunks[0].off && off < r.chunks[len(r.chunks)-1].end())
-	r.next = off + int64(want)
-	if !sequential {
-		r.streak = 0
+	end := off + int64(want)
+	if !r.sequential(off) {
+		r.next, r.streak = end, 0
 		r.dropAll()
 		return r.direct(ctx, key, dest, off)
 	}
+	r.next = max(r.next, end)
 	r.streak++
 	if r.streak < 2 {
 		return r.direct(ctx, key, dest, off)
 	}
-	r.dropBefore(off)
+	r.dropBefore(off - reorderSlack)
 	r.fill(key, size, off)
 	if len(r.chunks) == 0 {
 		return r.direct(ctx, key, dest, off) // no memory for readahead now
@@ -91,6 +91,26 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 		return got + k, err
 	}
 	return got, nil
+}
+
+// reorderSlack is how far behind or ahead of the readahead window a read
+// may land and still count as sequential. The kernel keeps several READs
+// of one readahead window in flight and they reach us in any order; a
+// strict "continues where the last one ended" would take each reordered
+// READ for a seek and throw the prefetched chunks away.
+const reorderSlack = 4 << 20
+
+// sequential reports whether a read at off continues the current stream:
+// it starts where the last one ended, or falls within the readahead
+// window give or take reorderSlack.
+func (r *reader) sequential(off int64) bool {
+	if off == r.next {
+		return true
+	}
+	if len(r.chunks) == 0 {
+		return false
+	}
+	return off >= r.chunks[0].off-reorderSlack && off < r.chunks[len(r.chunks)-1].end()+reorderSlack
 }
 
 // fill starts chunks until Concurrency are in flight ahead of off.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
 // drainTimeout bounds the flush of pending uploads at exit.
@@ -33,6 +35,12 @@ func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(err
 	if err := srv.WaitMount(); err != nil {
 		ready(err)
 		return err
+	}
+	if os.Geteuid() == 0 {
+		// Only root can; the mounter pod's node plugin does it there.
+		if err := handoff.TuneReadahead(mountpoint); err != nil {
+			cfg.Logger.Warn("kernel readahead left at its default; sequential reads will be slower", "err", err)
+		}
 	}
 	if cfg.MetricsAddr != "" {
 		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())

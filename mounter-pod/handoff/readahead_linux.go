@@ -1,0 +1,51 @@
+package handoff
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	mount "k8s.io/mount-utils"
+)
+
+// ReadaheadKiB is the kernel readahead objfuse mounts get: one READ of the
+// largest size FUSE allows (1 MiB, go-fuse's MaxWrite). The kernel gives
+// every FUSE mount 128 KiB whatever the daemon answers at INIT, so a
+// sequential read arrives as eight times as many requests as it needs;
+// measured on a 1 GiB cold read, 1 MiB windows cut the daemon's CPU by a
+// quarter and raised throughput by a fifth. Larger windows were slower:
+// more READs in flight at once, arriving out of order.
+const ReadaheadKiB = 1024
+
+// TuneReadahead sets the readahead of the FUSE mount at mountpoint to
+// ReadaheadKiB through its backing device's sysfs entry. It needs root
+// (or a writable /sys) and must run after the daemon answered INIT: the
+// kernel applies the daemon's INIT answer on top of it. It finds the
+// device in /proc/self/mountinfo rather than with a stat, which would
+// block on a mount that does not answer.
+func TuneReadahead(mountpoint string) error {
+	mountpoint, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return fmt.Errorf("readahead of %s: %w", mountpoint, err)
+	}
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("readahead of %s: %w", mountpoint, err)
+	}
+	found := false
+	var m mount.MountInfo
+	for _, info := range infos {
+		if info.MountPoint == mountpoint {
+			m, found = info, true // later entries are mounted on top
+		}
+	}
+	if !found {
+		return fmt.Errorf("readahead of %s: not mounted", mountpoint)
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", m.Major, m.Minor)
+	if err := os.WriteFile(p, []byte(strconv.Itoa(ReadaheadKiB)), 0); err != nil {
+		return fmt.Errorf("readahead of %s: %w", mountpoint, err)
+	}
+	return nil
+}
