@@ -27,6 +27,8 @@ type dirNode struct {
 	// handed out a file of the same name: lookups of these ask for both,
 	// so that the directory wins.
 	shadowed map[string]bool
+	// relisting is closed when the listing relist runs ends.
+	relisting chan struct{}
 }
 
 var (
@@ -116,6 +118,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, fillEntry(ctx, ch, out) // created here, not uploaded yet
 	}
 	e, found, known := n.cached(name)
+	if !known && n.relist(ctx) {
+		e, found, known = n.cached(name)
+	}
 	if known && !found {
 		return nil, syscall.ENOENT
 	}

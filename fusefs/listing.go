@@ -103,6 +103,75 @@ func (n *dirNode) freshListing() *listing {
 	return l
 }
 
+// relistLimit bounds the directories that relist serves: one listing page.
+const relistLimit = 1000
+
+// relist lists the directory again when its complete listing has expired
+// and held at most relistLimit names, so that the lookups of the next
+// ListTTL answer from it, "no such file" included. Creating many files in
+// one directory is the case it is for: each create looks its name up
+// first, and asking the store per name costs a HEAD and a LIST each, where
+// this is one LIST per ListTTL. Concurrent callers share one listing. It
+// reports whether a fresh complete listing is there now.
+func (n *dirNode) relist(ctx context.Context) bool {
+	n.mu.Lock()
+	if n.relisting != nil {
+		ch := n.relisting
+		n.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		l := n.freshListing()
+		return l != nil && l.complete
+	}
+	old := n.listCache
+	if old == nil || !old.complete || len(old.entries) > relistLimit || n.freshListing() != nil {
+		n.mu.Unlock()
+		return false
+	}
+	done := make(chan struct{})
+	n.relisting = done
+	// As in a READDIR's listing: names this mount changes meanwhile keep
+	// this mount's version (noteChild marks them).
+	l := &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+	n.listCache = l
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.relisting = nil
+		n.mu.Unlock()
+		close(done)
+	}()
+	cache := func(e dirEntry) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.listCache == l && !l.changed[e.name] {
+			l.entries[e.name] = e
+		}
+	}
+	err := n.listEach(ctx, cache, func(dir dirEntry) {
+		cache(dir)
+		n.shadow(dir.name)
+	})
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.listCache != l {
+		return false // a READDIR's listing replaced it
+	}
+	if err != nil || len(l.entries) > maxCachedEntries {
+		n.listCache = nil
+		return false
+	}
+	// Fresh from its end, as a READDIR's listing: a listing that took
+	// longer than ListTTL still answers the lookups that waited for it.
+	l.complete, l.at, l.changed = true, time.Now(), nil
+	return true
+}
+
 // remember caches entries as the directory's complete listing.
 func (n *dirNode) remember(entries []dirEntry) {
 	l := &listing{entries: make(map[string]dirEntry, len(entries)), at: time.Now(), complete: true}

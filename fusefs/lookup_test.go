@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"os"
 	"path/filepath"
@@ -76,5 +77,99 @@ func TestLookupIsOneHeadAndListedDirectoriesWin(t *testing.T) {
 	}
 	if got := string(readFile(t, filepath.Join(dir, "d", "e"))); got != "d/e" {
 		t.Fatalf("d/e reads %q", got)
+	}
+}
+
+// Creating files in a directory whose listing has expired lists it again
+// once per ListTTL, instead of a HEAD and a LIST per new name; a file
+// another client adds still shows up once the listing is older than the TTL.
+func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
+	mem := memstore.New()
+	st := &countingStore{Store: mem, heads: make(chan struct{}, 100000), lists: make(chan struct{}, 100000)}
+	// Only listings expire: a short StatTTL would add the kernel's
+	// lookups of d itself.
+	const ttl = 20 * time.Millisecond
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
+	d := filepath.Join(dir, "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	drain(st.heads)
+	drain(st.lists)
+
+	// Long enough for the mkdir's listing to expire several times, and
+	// fewer files than one listing page (larger directories are asked
+	// per name).
+	const span, maxFiles = 8 * ttl, 900
+	start := time.Now()
+	files := 0
+	for files < maxFiles && (time.Since(start) < span || files < 20) {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%04d", files)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files++
+	}
+	periods := int(time.Since(start)/ttl) + 1
+	if periods < 3 {
+		t.Fatalf("%d creates took only %d TTLs: the listing never expired", files, periods)
+	}
+	heads, lists := drain(st.heads), drain(st.lists)
+	t.Logf("%d creates over %d TTLs: %d HEADs, %d LISTs", files, periods, heads, lists)
+	if heads != 0 || lists > periods {
+		t.Fatalf("%d creates over %d TTLs sent %d HEADs and %d LISTs; want no HEAD and at most one LIST per TTL", files, periods, heads, lists)
+	}
+
+	// Another client's file: a lookup finds it once the listing that
+	// said "no such file" has expired.
+	put(t, mem, "d/other", []byte("other"))
+	eventually(t, 20*ttl, "another client's file to appear", func() bool {
+		_, err := os.Stat(filepath.Join(d, "other"))
+		return err == nil
+	})
+	if got := string(readFile(t, filepath.Join(d, "f0000"))); got != "x" {
+		t.Fatalf("f0000 reads %q", got)
+	}
+}
+
+// Concurrent creates share one listing per TTL.
+func TestConcurrentCreatesShareOneRelist(t *testing.T) {
+	mem := memstore.New()
+	st := &countingStore{Store: mem, heads: make(chan struct{}, 100000), lists: make(chan struct{}, 100000)}
+	const ttl = 20 * time.Millisecond
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
+	d := filepath.Join(dir, "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	drain(st.heads)
+	drain(st.lists)
+	const writers, each = 4, 200
+	start := time.Now()
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range each {
+				if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("w%d-%04d", w, i)), []byte("x"), 0o644); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	periods := int(time.Since(start)/ttl) + 1
+	heads, lists := drain(st.heads), drain(st.lists)
+	t.Logf("%d creates by %d writers over %d TTLs: %d HEADs, %d LISTs", writers*each, writers, periods, heads, lists)
+	if heads != 0 || lists > periods {
+		t.Fatalf("%d TTLs: %d HEADs and %d LISTs; want no HEAD and at most one LIST per TTL", periods, heads, lists)
+	}
+	names, err := os.ReadDir(d)
+	if err != nil || len(names) != writers*each {
+		t.Fatalf("listing shows %d files (%v), want %d", len(names), err, writers*each)
 	}
 }
