@@ -184,7 +184,7 @@ func (d *Driver) serveFUSE(ctx context.Context, st *stagedVolume, mnt string) er
 	}
 	// The mounter answered INIT before "serving", so the kernel's
 	// readahead can be raised now; the mount works without it, slower.
-	if err := handoff.TuneReadahead(mnt); err != nil {
+	if err := handoff.TuneReadahead(mnt, handoff.ReadaheadKiB); err != nil {
 		d.log.Warn("kernel readahead left at its default", "volume", st.VolumeID, "err", err)
 	}
 	return nil

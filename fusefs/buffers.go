@@ -27,6 +27,7 @@ func (b *buffers) tryGet() *[]byte {
 	if !b.fsys.memory.TryAcquire(int64(b.fsys.opts.PartSize)) {
 		return nil
 	}
+	b.fsys.stats.BufferBytes.Add(int64(b.fsys.opts.PartSize))
 	return b.pool.Get().(*[]byte)
 }
 
@@ -37,6 +38,7 @@ func (b *buffers) get(ctx context.Context, wait time.Duration) *[]byte {
 	if err := b.fsys.memory.Acquire(ctx, int64(b.fsys.opts.PartSize)); err != nil {
 		return nil
 	}
+	b.fsys.stats.BufferBytes.Add(int64(b.fsys.opts.PartSize))
 	return b.pool.Get().(*[]byte)
 }
 
@@ -45,5 +47,6 @@ func (b *buffers) put(p *[]byte) {
 		return
 	}
 	b.pool.Put(p)
+	b.fsys.stats.BufferBytes.Add(-int64(b.fsys.opts.PartSize))
 	b.fsys.memory.Release(int64(b.fsys.opts.PartSize))
 }

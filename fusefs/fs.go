@@ -45,6 +45,9 @@ type Stats struct {
 	PanicsRecovered atomic.Int64
 	// AsyncUploadErrors are failed uploads after an asynchronous close.
 	AsyncUploadErrors atomic.Int64
+	// BufferBytes is the memory held now in upload parts and readahead
+	// chunks (a gauge, bounded by Options.MemoryLimit).
+	BufferBytes atomic.Int64
 }
 
 // New returns a filesystem over st. Mount it with Mount or serve its Root

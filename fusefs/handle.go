@@ -54,12 +54,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	key, size, etag := n.key(), n.attr.size, n.attr.etag
 	n.mu.Unlock()
-	k, err := h.r.read(ctx, key, etag, size, dest, off)
+	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
 	if err != nil {
 		return nil, toErrno(err)
 	}
 	n.fsys.stats.BytesRead.Add(int64(k))
-	return fuse.ReadResultData(dest[:k]), 0
+	return res, 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // minChunk is the first readahead chunk; chunks double up to PartSize as
@@ -32,14 +35,35 @@ type chunk struct {
 	err    error
 	done   chan struct{}
 	cancel context.CancelFunc
+	// refs are the reader's own hold (until it drops the chunk) and one
+	// per reply that still has to be written to the kernel.
+	refs atomic.Int32
+}
+
+// unref drops one hold; the last returns the buffer once the GET is done.
+func (c *chunk) unref(f *FS) {
+	if c.refs.Add(-1) != 0 {
+		return
+	}
+	select {
+	case <-c.done:
+		f.partBuffers().put(c.buf)
+	default:
+		go func() {
+			<-c.done
+			f.partBuffers().put(c.buf)
+		}()
+	}
 }
 
 func (c *chunk) end() int64 { return c.off + int64(c.n) }
 
-// read fills dest from key at off, never past size. It returns the bytes read.
-func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []byte, off int64) (int, error) {
+// read reads from key at off, never past size, into a reply for the
+// kernel: slices of the readahead chunks that hold the range (no copy;
+// the reply holds them until it is sent), or dest filled by a GET.
+func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []byte, off int64) (fuse.ReadResult, int, error) {
 	if off >= size {
-		return 0, nil
+		return fuse.ReadResultData(nil), 0, nil
 	}
 	want := int(min(int64(len(dest)), size-off))
 	dest = dest[:want]
@@ -62,9 +86,7 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 	}
 	r.dropBefore(off - reorderSlack)
 	r.fill(key, size, off)
-	if len(r.chunks) == 0 {
-		return r.direct(ctx, key, dest, off) // no memory for readahead now
-	}
+	reply := &chunkReply{fsys: r.fsys}
 	got := 0
 	for _, c := range r.chunks {
 		if got == want {
@@ -77,20 +99,29 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			reply.Done()
+			return nil, 0, ctx.Err()
 		}
 		if c.err != nil {
 			err := c.err
+			reply.Done()
 			r.dropAll()
-			return 0, err
+			return nil, 0, err
 		}
-		got += copy(dest[got:], (*c.buf)[pos-c.off:c.n])
+		part := (*c.buf)[pos-c.off : min(c.n, int(pos-c.off)+want-got)]
+		reply.add(c, part)
+		got += len(part)
 	}
 	if got < want {
-		k, err := r.direct(ctx, key, dest[got:], off+int64(got))
-		return got + k, err
+		// Not (or not all) prefetched: the rest comes into dest.
+		rest := dest[got:]
+		if err := r.fsys.getInto(ctx, key, rest, off+int64(got)); err != nil {
+			reply.Done()
+			return nil, 0, err
+		}
+		reply.slices = append(reply.slices, rest)
 	}
-	return got, nil
+	return reply, want, nil
 }
 
 // reorderSlack is how far behind or ahead of the readahead window a read
@@ -134,6 +165,7 @@ func (r *reader) fill(key string, size, off int64) {
 		r.chunkSize = min(2*r.chunkSize, r.fsys.opts.PartSize)
 		ctx, cancel := context.WithCancel(context.Background())
 		c := &chunk{off: start, n: n, buf: buf, done: make(chan struct{}), cancel: cancel}
+		c.refs.Store(1)
 		r.chunks = append(r.chunks, c)
 		go func() {
 			defer close(c.done)
@@ -159,13 +191,11 @@ func (r *reader) dropAll() {
 	r.chunkSize = 0
 }
 
-// free returns a chunk's buffer once its GET has stopped using it.
+// free drops the reader's hold on a chunk: its GET stops, and its buffer
+// goes back to the pool once no reply still being sent uses it.
 func (r *reader) free(c *chunk) {
 	c.cancel()
-	go func() {
-		<-c.done
-		r.fsys.partBuffers().put(c.buf)
-	}()
+	c.unref(r.fsys)
 }
 
 func (r *reader) close() {
@@ -174,11 +204,11 @@ func (r *reader) close() {
 	r.mu.Unlock()
 }
 
-func (r *reader) direct(ctx context.Context, key string, dest []byte, off int64) (int, error) {
+func (r *reader) direct(ctx context.Context, key string, dest []byte, off int64) (fuse.ReadResult, int, error) {
 	if err := r.fsys.getInto(ctx, key, dest, off); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	return len(dest), nil
+	return fuse.ReadResultData(dest), len(dest), nil
 }
 
 // getInto reads exactly len(dest) bytes of key at off.

@@ -18,13 +18,13 @@ import (
 // more READs in flight at once, arriving out of order.
 const ReadaheadKiB = 1024
 
-// TuneReadahead sets the readahead of the FUSE mount at mountpoint to
-// ReadaheadKiB through its backing device's sysfs entry. It needs root
+// TuneReadahead sets the readahead of the FUSE mount at mountpoint to kib
+// (objfuse uses ReadaheadKiB) through its backing device's sysfs entry. It needs root
 // (or a writable /sys) and must run after the daemon answered INIT: the
 // kernel applies the daemon's INIT answer on top of it. It finds the
 // device in /proc/self/mountinfo rather than with a stat, which would
 // block on a mount that does not answer.
-func TuneReadahead(mountpoint string) error {
+func TuneReadahead(mountpoint string, kib int) error {
 	mountpoint, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return fmt.Errorf("readahead of %s: %w", mountpoint, err)
@@ -44,7 +44,7 @@ func TuneReadahead(mountpoint string) error {
 		return fmt.Errorf("readahead of %s: not mounted", mountpoint)
 	}
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", m.Major, m.Minor)
-	if err := os.WriteFile(p, []byte(strconv.Itoa(ReadaheadKiB)), 0); err != nil {
+	if err := os.WriteFile(p, []byte(strconv.Itoa(kib)), 0); err != nil {
 		return fmt.Errorf("readahead of %s: %w", mountpoint, err)
 	}
 	return nil

@@ -30,6 +30,9 @@ func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
 	counter("written_bytes_total", "Bytes written through the mount.", &st.BytesWritten)
 	counter("async_upload_errors_total", "Uploads after an asynchronous close that failed.", &st.AsyncUploadErrors)
 	counter("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", &st.PanicsRecovered)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "objfuse", Name: "buffer_bytes", Help: "Memory held now in upload parts and readahead chunks (bounded by --memory-limit-mib).", ConstLabels: labels,
+	}, func() float64 { return float64(st.BufferBytes.Load()) }))
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -1,0 +1,78 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+)
+
+// Sequential reads answered from readahead chunks return the object's
+// bytes even when the kernel's READs arrive out of order (a readahead
+// window far above objfuse's, and four threads reading one descriptor),
+// and every chunk's memory is back once the files are closed: a reply
+// that kept its chunk would starve readahead for good.
+func TestReadaheadRepliesFromChunks(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			st := b.fresh(t)
+			const size = 48 << 20
+			one, four := randomBytes(size), randomBytes(size)
+			put(t, st, "one", one)
+			put(t, st, "four", four)
+			f, err := fusefs.New(st, fusefs.Options{PartSize: 5 << 20, MemoryLimit: 20 << 20, StagingDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			srv, err := f.Mount(dir, "objfuse:test", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Unmount() })
+			if err := handoff.TuneReadahead(dir, 16<<10); err != nil {
+				t.Fatal(err)
+			}
+
+			got, err := os.ReadFile(filepath.Join(dir, "one"))
+			if err != nil || !bytes.Equal(got, one) {
+				t.Fatalf("sequential read: %d bytes, equal %v, err %v", len(got), bytes.Equal(got, one), err)
+			}
+
+			fh, err := os.Open(filepath.Join(dir, "four"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const block, threads = 1 << 20, 4
+			errs := make(chan error, threads)
+			for w := range threads {
+				go func() {
+					buf := make([]byte, block)
+					for off := int64(w * block); off < size; off += threads * block {
+						n, err := fh.ReadAt(buf, off)
+						if err != nil || n != block || !bytes.Equal(buf, four[off:off+block]) {
+							errs <- fmt.Errorf("thread %d at %d: %d bytes, %v", w, off, n, err)
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range threads {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			fh.Close()
+
+			eventually(t, 10*time.Second, "readahead memory to be released", func() bool {
+				return f.Stats().BufferBytes.Load() == 0
+			})
+		})
+	}
+}
