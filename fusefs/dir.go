@@ -121,6 +121,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if !known && n.relist(ctx) {
 		e, found, known = n.cached(name)
 	}
+	if ctx.Err() != nil {
+		return nil, syscall.EINTR // the caller retries
+	}
 	if known && !found {
 		return nil, syscall.ENOENT
 	}

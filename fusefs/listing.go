@@ -47,6 +47,9 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 		if err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			return ctx.Err() // stopped: not every store notices between pages
+		}
 		name, isPrefix := childName(dirKey, e.Name())
 		if name == "" && !isPrefix {
 			continue // the directory's own marker
@@ -106,50 +109,68 @@ func (n *dirNode) freshListing() *listing {
 // relistLimit bounds the directories that relist serves: one listing page.
 const relistLimit = 1000
 
+// relistTimeout bounds one relisting, which no lookup's interrupt stops.
+const relistTimeout = time.Minute
+
 // relist lists the directory again when its complete listing has expired
 // and held at most relistLimit names, so that the lookups of the next
 // ListTTL answer from it, "no such file" included. Creating many files in
 // one directory is the case it is for: each create looks its name up
 // first, and asking the store per name costs a HEAD and a LIST each, where
 // this is one LIST per ListTTL. Concurrent callers share one listing. It
-// reports whether a fresh complete listing is there now.
+// reports whether a fresh complete listing is there now; false sends the
+// caller to the store by name.
 func (n *dirNode) relist(ctx context.Context) bool {
 	n.mu.Lock()
-	if n.relisting != nil {
-		ch := n.relisting
-		n.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
+	done := n.relisting
+	if done == nil {
+		old := n.listCache
+		if old == nil || !old.complete || len(old.entries) > relistLimit || n.freshListing() != nil {
+			n.mu.Unlock()
 			return false
 		}
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		l := n.freshListing()
-		return l != nil && l.complete
+		done = make(chan struct{})
+		n.relisting = done
+		// As in a READDIR's listing: names this mount changes meanwhile
+		// keep this mount's version (noteChild marks them).
+		l := &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+		n.listCache = l
+		go n.runRelist(old, l, done)
 	}
-	old := n.listCache
-	if old == nil || !old.complete || len(old.entries) > relistLimit || n.freshListing() != nil {
-		n.mu.Unlock()
+	n.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
 		return false
 	}
-	done := make(chan struct{})
-	n.relisting = done
-	// As in a READDIR's listing: names this mount changes meanwhile keep
-	// this mount's version (noteChild marks them).
-	l := &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
-	n.listCache = l
-	n.mu.Unlock()
-	defer func() {
-		n.mu.Lock()
-		n.relisting = nil
-		n.mu.Unlock()
-		close(done)
-	}()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.freshListing()
+	return l != nil && l.complete
+}
+
+// runRelist fills l from the store and closes done. It is not tied to
+// the lookup that started it: that lookup's interrupt must not cost the
+// others their answer, nor the directory its relisting.
+func (n *dirNode) runRelist(old, l *listing, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
+	defer cancel()
+	seen, tooMany := 0, false
 	cache := func(e dirEntry) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.listCache == l && !l.changed[e.name] {
+		if n.listCache != l {
+			cancel() // a READDIR's listing replaced it
+			return
+		}
+		if seen++; seen > relistLimit {
+			// Another client filled the directory: listing it whole
+			// inside a lookup would take a LIST page per thousand names.
+			tooMany = true
+			cancel()
+			return
+		}
+		if !l.changed[e.name] {
 			l.entries[e.name] = e
 		}
 	}
@@ -158,18 +179,24 @@ func (n *dirNode) relist(ctx context.Context) bool {
 		n.shadow(dir.name)
 	})
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.listCache != l {
-		return false // a READDIR's listing replaced it
+	if n.listCache == l {
+		switch {
+		case tooMany:
+			n.listCache = nil // large now: lookups ask the store by name
+		case err != nil:
+			// Expired, so it answers no lookup; kept so that the next
+			// miss tries again.
+			n.listCache = old
+		default:
+			// Fresh from its end, as a READDIR's listing: a listing that
+			// took longer than ListTTL still answers the lookups that
+			// waited for it.
+			l.complete, l.at, l.changed = true, time.Now(), nil
+		}
 	}
-	if err != nil || len(l.entries) > maxCachedEntries {
-		n.listCache = nil
-		return false
-	}
-	// Fresh from its end, as a READDIR's listing: a listing that took
-	// longer than ListTTL still answers the lookups that waited for it.
-	l.complete, l.at, l.changed = true, time.Now(), nil
-	return true
+	n.relisting = nil
+	n.mu.Unlock()
+	close(done)
 }
 
 // remember caches entries as the directory's complete listing.

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"iter"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,5 +174,115 @@ func TestConcurrentCreatesShareOneRelist(t *testing.T) {
 	names, err := os.ReadDir(d)
 	if err != nil || len(names) != writers*each {
 		t.Fatalf("listing shows %d files (%v), want %d", len(names), err, writers*each)
+	}
+}
+
+// gatedStore counts HEADs, LISTs and listed entries, and can hold the
+// listings of one prefix until a gate opens.
+type gatedStore struct {
+	store.Store
+	heads, lists, entries atomic.Int64
+	gatePrefix            string
+	gate                  atomic.Pointer[chan struct{}]
+	listing               chan struct{} // a held listing started
+}
+
+func (s *gatedStore) Head(ctx context.Context, key string) (store.Object, error) {
+	s.heads.Add(1)
+	return s.Store.Head(ctx, key)
+}
+
+func (s *gatedStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	s.lists.Add(1)
+	inner := s.Store.List(ctx, prefix, startAfter, recursive)
+	return func(yield func(store.Entry, error) bool) {
+		if g := s.gate.Load(); g != nil && prefix == s.gatePrefix {
+			select {
+			case s.listing <- struct{}{}:
+			default:
+			}
+			select {
+			case <-*g:
+			case <-ctx.Done():
+				yield(store.Entry{}, ctx.Err())
+				return
+			}
+		}
+		for e, err := range inner {
+			s.entries.Add(1)
+			if !yield(e, err) {
+				return
+			}
+		}
+	}
+}
+
+// expire waits until a listing made at t0 is older than ttl: the
+// behaviour under test is what happens after that time.
+func expire(t0 time.Time, ttl time.Duration) { time.Sleep(time.Until(t0.Add(2 * ttl))) }
+
+// A directory another client filled is not listed whole inside a lookup.
+func TestRelistStopsAtOnePage(t *testing.T) {
+	mem := memstore.New()
+	st := &gatedStore{Store: mem}
+	const ttl = 50 * time.Millisecond
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
+	d := filepath.Join(dir, "d")
+	if err := os.Mkdir(d, 0o755); err != nil { // a complete, empty listing
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	for i := range 30000 {
+		put(t, mem, fmt.Sprintf("d/o%06d", i), nil) // another client
+	}
+	expire(t0, ttl)
+	st.entries.Store(0)
+	if _, err := os.Stat(filepath.Join(d, "missing")); !os.IsNotExist(err) {
+		t.Fatalf("stat of a missing name: %v", err)
+	}
+	if n := st.entries.Load(); n > 2000 {
+		t.Fatalf("one lookup miss listed %d entries; a relist stops after one page (1000)", n)
+	}
+	if _, err := os.Stat(filepath.Join(d, "o029999")); err != nil {
+		t.Fatalf("another client's file past the first page: %v", err)
+	}
+}
+
+// An interrupted lookup neither fails the others waiting for the same
+// listing nor turns relisting off for the directory.
+func TestInterruptedLookupKeepsRelisting(t *testing.T) {
+	mem := memstore.New()
+	st := &gatedStore{Store: mem, gatePrefix: "d/", listing: make(chan struct{}, 1)}
+	const ttl = 50 * time.Millisecond
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
+	d := filepath.Join(dir, "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expire(time.Now(), ttl)
+	g := make(chan struct{})
+	st.gate.Store(&g)
+	cmd := exec.Command("stat", filepath.Join(d, "missing"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.listing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lookup miss did not list the directory")
+	}
+	cmd.Process.Signal(syscall.SIGKILL) // the kernel interrupts its LOOKUP
+	cmd.Wait()
+	st.gate.Store(nil)
+	close(g)
+	st.heads.Store(0)
+	st.lists.Store(0)
+	for i := range 5 {
+		if _, err := os.Stat(filepath.Join(d, fmt.Sprintf("missing-%d", i))); !os.IsNotExist(err) {
+			t.Fatalf("stat missing-%d: %v", i, err)
+		}
+	}
+	if h, l := st.heads.Load(), st.lists.Load(); h != 0 || l > 1 {
+		t.Fatalf("after an interrupted lookup, 5 misses sent %d HEADs and %d LISTs; want them answered from one listing", h, l)
 	}
 }
