@@ -25,16 +25,7 @@ func TestAsyncClose(t *testing.T) {
 		}
 		return nil
 	}
-	f, err := fusefs.New(st, fusefs.Options{AsyncClose: true, StagingDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	srv, err := f.Mount(dir, "objfuse:test", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Unmount() })
+	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
 
 	writeFile(t, filepath.Join(dir, "a"), []byte("async"))
 	eventually(t, 10*time.Second, "the object after an async close", func() bool {

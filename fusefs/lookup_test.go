@@ -83,22 +83,30 @@ func TestLookupIsOneHeadAndListedDirectoriesWin(t *testing.T) {
 	}
 }
 
-// Creating files in a directory whose listing has expired lists it again
-// once per ListTTL, instead of a HEAD and a LIST per new name; a file
-// another client adds still shows up once the listing is older than the TTL.
-func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
+// newCountedDir mounts a counted memory store whose listings live for
+// listTTL, makes directory d in it and returns the store, its counter and
+// d's path, with nothing counted yet. Attributes live for an hour: a
+// short StatTTL would add the kernel's lookups of d itself.
+func newCountedDir(t *testing.T, listTTL time.Duration) (*memstore.Store, *countingStore, string) {
+	t.Helper()
 	mem := memstore.New()
 	st := &countingStore{Store: mem, heads: make(chan struct{}, 100000), lists: make(chan struct{}, 100000)}
-	// Only listings expire: a short StatTTL would add the kernel's
-	// lookups of d itself.
-	const ttl = 20 * time.Millisecond
-	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: listTTL})
 	d := filepath.Join(dir, "d")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	drain(st.heads)
 	drain(st.lists)
+	return mem, st, d
+}
+
+// Creating files in a directory whose listing has expired lists it again
+// once per ListTTL, instead of a HEAD and a LIST per new name; a file
+// another client adds still shows up once the listing is older than the TTL.
+func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
+	const ttl = 20 * time.Millisecond
+	mem, st, d := newCountedDir(t, ttl)
 
 	// Long enough for the mkdir's listing to expire several times, and
 	// fewer files than one listing page (larger directories are asked
@@ -136,16 +144,8 @@ func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
 
 // Concurrent creates share one listing per TTL.
 func TestConcurrentCreatesShareOneRelist(t *testing.T) {
-	mem := memstore.New()
-	st := &countingStore{Store: mem, heads: make(chan struct{}, 100000), lists: make(chan struct{}, 100000)}
 	const ttl = 20 * time.Millisecond
-	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
-	d := filepath.Join(dir, "d")
-	if err := os.Mkdir(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	drain(st.heads)
-	drain(st.lists)
+	_, st, d := newCountedDir(t, ttl)
 	const writers, each = 4, 200
 	start := time.Now()
 	errs := make(chan error, writers)

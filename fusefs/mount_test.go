@@ -64,6 +64,13 @@ func backends() []backend {
 // when the test ends.
 func mountFS(t testing.TB, st store.Store, opts fusefs.Options) string {
 	t.Helper()
+	_, dir := mountFSOf(t, st, opts)
+	return dir
+}
+
+// mountFSOf is mountFS that also returns the filesystem, for its counters.
+func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, string) {
+	t.Helper()
 	dir := t.TempDir()
 	if opts.PartSize == 0 {
 		opts.PartSize = 5 << 20 // small parts, so tests cross part boundaries cheaply
@@ -84,7 +91,7 @@ func mountFS(t testing.TB, st store.Store, opts fusefs.Options) string {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	return dir
+	return f, dir
 }
 
 // stored reads an object straight from the store, bypassing the mount.

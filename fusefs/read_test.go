@@ -25,16 +25,7 @@ func TestReadaheadRepliesFromChunks(t *testing.T) {
 			one, four := randomBytes(size), randomBytes(size)
 			put(t, st, "one", one)
 			put(t, st, "four", four)
-			f, err := fusefs.New(st, fusefs.Options{PartSize: 5 << 20, MemoryLimit: 20 << 20, StagingDir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			srv, err := f.Mount(dir, "objfuse:test", true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { srv.Unmount() })
+			f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: 20 << 20})
 			if err := handoff.TuneReadahead(dir, 16<<10); err != nil {
 				t.Fatal(err)
 			}
