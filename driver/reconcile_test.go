@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +16,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/minio/minio-go/v7"
+	mount "k8s.io/mount-utils"
 
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 )
@@ -82,6 +86,7 @@ func TestMounterKilledIsRepaired(t *testing.T) {
 	if env.Launcher.PID(m) == pid {
 		t.Fatal("the same mounter process still serves")
 	}
+	checkReadahead(t, staging)
 	after := []byte("written after the repair\n")
 	if err := os.WriteFile(filepath.Join(rw, "after.txt"), after, 0o644); err != nil {
 		t.Fatalf("write after repair: %v", err)
@@ -188,6 +193,7 @@ func publishedVolume(t *testing.T, env *csitest.Env, name, staging string, targe
 	}); err != nil {
 		t.Fatal(err)
 	}
+	checkReadahead(t, staging)
 	for target, ro := range targets {
 		if _, err := env.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
 			VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capRW,
@@ -197,4 +203,24 @@ func publishedVolume(t *testing.T, env *csitest.Env, name, staging string, targe
 		}
 	}
 	return id, vctx
+}
+
+// checkReadahead: the node plugin raised the staged FUSE mount's kernel
+// readahead from Linux's 128 KiB.
+func checkReadahead(t *testing.T, staging string) {
+	t.Helper()
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := ""
+	for _, m := range infos {
+		if m.MountPoint == staging {
+			dev = fmt.Sprintf("%d:%d", m.Major, m.Minor)
+		}
+	}
+	kb, err := os.ReadFile("/sys/class/bdi/" + dev + "/read_ahead_kb")
+	if err != nil || strings.TrimSpace(string(kb)) != strconv.Itoa(handoff.ReadaheadKiB) {
+		t.Fatalf("readahead of the mount at %s (%s): %q, %v; want %d", staging, dev, kb, err, handoff.ReadaheadKiB)
+	}
 }

@@ -98,6 +98,7 @@ Flags:
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", 10240, "bound on the staging directory's use, in MiB")
 	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
+	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", 1024, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this host:port")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
 	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")
@@ -133,6 +134,9 @@ Flags:
 	dm, err := strconv.ParseUint(o.dirMode, 8, 32)
 	if err != nil || dm > 0o777 {
 		return nil, fmt.Errorf("--dir-mode %q: want octal permissions such as 0755", o.dirMode)
+	}
+	if c.ReadaheadKiB < 4 || c.ReadaheadKiB > 64<<10 {
+		return nil, fmt.Errorf("--readahead-kib %d: want 4 to 65536", c.ReadaheadKiB)
 	}
 	c.FS.FileMode, c.FS.DirMode = os.FileMode(fm), os.FileMode(dm)
 	c.FS.UID, c.FS.GID = uint32(*uid), uint32(*gid)

@@ -53,6 +53,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown flag", []string{"--no-such-flag", bucket, mnt}, 2, "flag provided but not defined"},
 		{"missing mountpoint", []string{bucket}, 2, "want 2 arguments"},
 		{"bad file mode", []string{"--file-mode", "rw", bucket, mnt}, 2, "--file-mode"},
+		{"bad readahead", []string{"--readahead-kib", "0", bucket, mnt}, 2, "--readahead-kib"},
 		{"small part size", []string{"--part-size-mib", "1", bucket, mnt}, 2, "below S3's 5 MiB minimum"},
 		{"mountpoint missing", []string{bucket, filepath.Join(mnt, "nope")}, 2, "no such file or directory"},
 		{"unknown access key", []string{"--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", wrong, bucket, mnt}, 1, "InvalidAccessKeyId"},
@@ -100,6 +101,26 @@ func mounted(dir string) bool {
 	return false
 }
 
+// readaheadKiB is the kernel readahead of the mount at dir, from its
+// backing device's sysfs entry.
+func readaheadKiB(t *testing.T, dir string) string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	dev := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			dev = f[2]
+		}
+	}
+	if dev == "" {
+		return ""
+	}
+	kb, err := os.ReadFile("/sys/class/bdi/" + dev + "/read_ahead_kb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(kb))
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -118,13 +139,15 @@ func TestMountAndSignal(t *testing.T) {
 	bucket := srv.Bucket()
 	mnt := t.TempDir()
 	cmd := exec.Command(binary, "--foreground", "--endpoint", srv.Endpoint, "--path-style",
-		"--credentials-dir", srv.CredsDir, bucket+"/some/prefix", mnt)
+		"--credentials-dir", srv.CredsDir, "--readahead-kib", "2048", bucket+"/some/prefix", mnt)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	waitFor(t, "the mount", func() bool { return mounted(mnt) })
+	// Linux gives every FUSE mount 128 KiB; objfuse-mount raises it.
+	waitFor(t, "readahead of 2048 KiB", func() bool { return readaheadKiB(t, mnt) == "2048" })
 	if err := os.WriteFile(filepath.Join(mnt, "closed.txt"), []byte("closed"), 0o644); err != nil {
 		t.Fatal(err)
 	}

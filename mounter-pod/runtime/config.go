@@ -23,6 +23,9 @@ type Config struct {
 	FS     fusefs.Options
 	// MetricsAddr serves Prometheus /metrics when set (host:port).
 	MetricsAddr string
+	// ReadaheadKiB is the kernel readahead of a mount made here as root
+	// (0: handoff.ReadaheadKiB). In a mounter pod the node plugin sets it.
+	ReadaheadKiB int
 	// CheckTimeout bounds the start-up check of endpoint, credentials and bucket.
 	CheckTimeout time.Duration
 	Logger       *slog.Logger

@@ -38,7 +38,11 @@ func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(err
 	}
 	if os.Geteuid() == 0 {
 		// Only root can; the mounter pod's node plugin does it there.
-		if err := handoff.TuneReadahead(mountpoint, handoff.ReadaheadKiB); err != nil {
+		kib := cfg.ReadaheadKiB
+		if kib == 0 {
+			kib = handoff.ReadaheadKiB
+		}
+		if err := handoff.TuneReadahead(mountpoint, kib); err != nil {
 			cfg.Logger.Warn("kernel readahead left at its default; sequential reads will be slower", "err", err)
 		}
 	}
