@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/minio/minio-go/v7"
-	mount "k8s.io/mount-utils"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
@@ -209,18 +206,7 @@ func publishedVolume(t *testing.T, env *csitest.Env, name, staging string, targe
 // readahead from Linux's 128 KiB.
 func checkReadahead(t *testing.T, staging string) {
 	t.Helper()
-	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := ""
-	for _, m := range infos {
-		if m.MountPoint == staging {
-			dev = fmt.Sprintf("%d:%d", m.Major, m.Minor)
-		}
-	}
-	kb, err := os.ReadFile("/sys/class/bdi/" + dev + "/read_ahead_kb")
-	if err != nil || strings.TrimSpace(string(kb)) != strconv.Itoa(handoff.ReadaheadKiB) {
-		t.Fatalf("readahead of the mount at %s (%s): %q, %v; want %d", staging, dev, kb, err, handoff.ReadaheadKiB)
+	if kib, err := handoff.Readahead(staging); err != nil || kib != handoff.ReadaheadKiB {
+		t.Fatalf("readahead of the mount at %s: %d KiB, %v; want %d", staging, kib, err, handoff.ReadaheadKiB)
 	}
 }

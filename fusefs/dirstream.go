@@ -68,7 +68,7 @@ func (s *dirStream) start() {
 	}
 	// Installed in the same critical section as the check above, so a
 	// listing that just completed is never replaced by an empty one.
-	l := &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+	l := newArrivingListing()
 	n.listCache = l
 	n.mu.Unlock()
 	// The listing outlives the READDIR request that started it.
@@ -114,7 +114,7 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 	n.mu.Lock()
 	if n.listCache == l {
 		if err == nil {
-			l.complete, l.at, l.changed = true, time.Now(), nil
+			l.completed()
 		} else {
 			n.listCache = nil
 		}

@@ -35,6 +35,20 @@ type listing struct {
 	changed map[string]bool
 }
 
+// newArrivingListing is a listing about to be filled from the store.
+// Names this mount changes meanwhile are marked in changed (noteChild),
+// and the store's older answer for them is ignored.
+func newArrivingListing() *listing {
+	return &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+}
+
+// completed marks an arriving listing as the store's whole answer, fresh
+// from now: a listing that took longer than ListTTL still answers the
+// lookups that waited for it.
+func (l *listing) completed() {
+	l.complete, l.at, l.changed = true, time.Now(), nil
+}
+
 // listEach reads the directory from the store and calls emit with each
 // child as it arrives. A file and a directory with the same name are the
 // directory (see FS.resolve). Stores may yield a page's objects before its
@@ -131,9 +145,7 @@ func (n *dirNode) relist(ctx context.Context) bool {
 		}
 		done = make(chan struct{})
 		n.relisting = done
-		// As in a READDIR's listing: names this mount changes meanwhile
-		// keep this mount's version (noteChild marks them).
-		l := &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+		l := newArrivingListing()
 		n.listCache = l
 		go n.runRelist(old, l, done)
 	}
@@ -188,10 +200,7 @@ func (n *dirNode) runRelist(old, l *listing, done chan struct{}) {
 			// miss tries again.
 			n.listCache = old
 		default:
-			// Fresh from its end, as a READDIR's listing: a listing that
-			// took longer than ListTTL still answers the lookups that
-			// waited for it.
-			l.complete, l.at, l.changed = true, time.Now(), nil
+			l.completed()
 		}
 	}
 	n.relisting = nil

@@ -17,31 +17,42 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 )
 
-// countingStore counts HEADs and listings, and holds listings while
-// hold is open (not closed).
+// countingStore counts HEADs, LISTs and listed entries, and holds the
+// listings of gatePrefix while a gate is set and not yet closed.
 type countingStore struct {
 	store.Store
-	heads, lists chan struct{}
+	heads, lists, entries atomic.Int64
+	gatePrefix            string
+	gate                  atomic.Pointer[chan struct{}]
+	listing               chan struct{} // a held listing started
 }
 
 func (s *countingStore) Head(ctx context.Context, key string) (store.Object, error) {
-	s.heads <- struct{}{}
+	s.heads.Add(1)
 	return s.Store.Head(ctx, key)
 }
 
 func (s *countingStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
-	s.lists <- struct{}{}
-	return s.Store.List(ctx, prefix, startAfter, recursive)
-}
-
-func drain(c chan struct{}) int {
-	n := 0
-	for {
-		select {
-		case <-c:
-			n++
-		default:
-			return n
+	s.lists.Add(1)
+	inner := s.Store.List(ctx, prefix, startAfter, recursive)
+	return func(yield func(store.Entry, error) bool) {
+		if g := s.gate.Load(); g != nil && prefix == s.gatePrefix {
+			select {
+			case s.listing <- struct{}{}:
+			default:
+			}
+			select {
+			case <-*g:
+			case <-ctx.Done():
+				yield(store.Entry{}, ctx.Err())
+				return
+			}
+		}
+		for e, err := range inner {
+			s.entries.Add(1)
+			if !yield(e, err) {
+				return
+			}
 		}
 	}
 }
@@ -54,17 +65,17 @@ func TestLookupIsOneHeadAndListedDirectoriesWin(t *testing.T) {
 	put(t, mem, "plain", []byte("plain"))
 	put(t, mem, "d", []byte("file d"))
 	put(t, mem, "d/e", []byte("d/e"))
-	st := &countingStore{Store: mem, heads: make(chan struct{}, 1000), lists: make(chan struct{}, 1000)}
+	st := &countingStore{Store: mem}
 	const ttl = 50 * time.Millisecond
 	dir := mountFS(t, st, fusefs.Options{StatTTL: ttl, ListTTL: ttl})
 
-	drain(st.heads)
-	drain(st.lists)
+	st.heads.Store(0)
+	st.lists.Store(0)
 	fi, err := os.Stat(filepath.Join(dir, "plain"))
 	if err != nil || !fi.Mode().IsRegular() {
 		t.Fatalf("stat plain: %v, %v", fi, err)
 	}
-	if h, l := drain(st.heads), drain(st.lists); h != 1 || l != 0 {
+	if h, l := st.heads.Swap(0), st.lists.Swap(0); h != 1 || l != 0 {
 		t.Fatalf("stat of an unlisted file sent %d HEADs and %d LISTs, want 1 and 0", h, l)
 	}
 
@@ -90,14 +101,14 @@ func TestLookupIsOneHeadAndListedDirectoriesWin(t *testing.T) {
 func newCountedDir(t *testing.T, listTTL time.Duration) (*memstore.Store, *countingStore, string) {
 	t.Helper()
 	mem := memstore.New()
-	st := &countingStore{Store: mem, heads: make(chan struct{}, 100000), lists: make(chan struct{}, 100000)}
+	st := &countingStore{Store: mem}
 	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: listTTL})
 	d := filepath.Join(dir, "d")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	drain(st.heads)
-	drain(st.lists)
+	st.heads.Store(0)
+	st.lists.Store(0)
 	return mem, st, d
 }
 
@@ -120,11 +131,11 @@ func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
 		}
 		files++
 	}
-	periods := int(time.Since(start)/ttl) + 1
+	periods := int64(time.Since(start)/ttl) + 1
 	if periods < 3 {
 		t.Fatalf("%d creates took only %d TTLs: the listing never expired", files, periods)
 	}
-	heads, lists := drain(st.heads), drain(st.lists)
+	heads, lists := st.heads.Swap(0), st.lists.Swap(0)
 	t.Logf("%d creates over %d TTLs: %d HEADs, %d LISTs", files, periods, heads, lists)
 	if heads != 0 || lists > periods {
 		t.Fatalf("%d creates over %d TTLs sent %d HEADs and %d LISTs; want no HEAD and at most one LIST per TTL", files, periods, heads, lists)
@@ -165,8 +176,8 @@ func TestConcurrentCreatesShareOneRelist(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	periods := int(time.Since(start)/ttl) + 1
-	heads, lists := drain(st.heads), drain(st.lists)
+	periods := int64(time.Since(start)/ttl) + 1
+	heads, lists := st.heads.Swap(0), st.lists.Swap(0)
 	t.Logf("%d creates by %d writers over %d TTLs: %d HEADs, %d LISTs", writers*each, writers, periods, heads, lists)
 	if heads != 0 || lists > periods {
 		t.Fatalf("%d TTLs: %d HEADs and %d LISTs; want no HEAD and at most one LIST per TTL", periods, heads, lists)
@@ -177,69 +188,31 @@ func TestConcurrentCreatesShareOneRelist(t *testing.T) {
 	}
 }
 
-// gatedStore counts HEADs, LISTs and listed entries, and can hold the
-// listings of one prefix until a gate opens.
-type gatedStore struct {
-	store.Store
-	heads, lists, entries atomic.Int64
-	gatePrefix            string
-	gate                  atomic.Pointer[chan struct{}]
-	listing               chan struct{} // a held listing started
-}
-
-func (s *gatedStore) Head(ctx context.Context, key string) (store.Object, error) {
-	s.heads.Add(1)
-	return s.Store.Head(ctx, key)
-}
-
-func (s *gatedStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
-	s.lists.Add(1)
-	inner := s.Store.List(ctx, prefix, startAfter, recursive)
-	return func(yield func(store.Entry, error) bool) {
-		if g := s.gate.Load(); g != nil && prefix == s.gatePrefix {
-			select {
-			case s.listing <- struct{}{}:
-			default:
-			}
-			select {
-			case <-*g:
-			case <-ctx.Done():
-				yield(store.Entry{}, ctx.Err())
-				return
-			}
-		}
-		for e, err := range inner {
-			s.entries.Add(1)
-			if !yield(e, err) {
-				return
-			}
-		}
-	}
-}
-
-// expire waits until a listing made at t0 is older than ttl: the
-// behaviour under test is what happens after that time.
-func expire(t0 time.Time, ttl time.Duration) { time.Sleep(time.Until(t0.Add(2 * ttl))) }
-
 // A directory another client filled is not listed whole inside a lookup.
 func TestRelistStopsAtOnePage(t *testing.T) {
 	mem := memstore.New()
-	st := &gatedStore{Store: mem}
+	st := &countingStore{Store: mem}
 	const ttl = 50 * time.Millisecond
 	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
 	d := filepath.Join(dir, "d")
 	if err := os.Mkdir(d, 0o755); err != nil { // a complete, empty listing
 		t.Fatal(err)
 	}
-	t0 := time.Now()
 	for i := range 30000 {
 		put(t, mem, fmt.Sprintf("d/o%06d", i), nil) // another client
 	}
-	expire(t0, ttl)
+	// Missing names answer from the mkdir's listing until it expires;
+	// the first miss after that lists the directory again.
+	st.lists.Store(0)
 	st.entries.Store(0)
-	if _, err := os.Stat(filepath.Join(d, "missing")); !os.IsNotExist(err) {
-		t.Fatalf("stat of a missing name: %v", err)
-	}
+	misses := 0
+	eventually(t, 10*time.Second, "a lookup miss to list the directory again", func() bool {
+		misses++
+		if _, err := os.Stat(filepath.Join(d, fmt.Sprintf("missing-%d", misses))); !os.IsNotExist(err) {
+			t.Fatalf("stat of a missing name: %v", err)
+		}
+		return st.lists.Load() > 0
+	})
 	if n := st.entries.Load(); n > 2000 {
 		t.Fatalf("one lookup miss listed %d entries; a relist stops after one page (1000)", n)
 	}
@@ -252,34 +225,45 @@ func TestRelistStopsAtOnePage(t *testing.T) {
 // listing nor turns relisting off for the directory.
 func TestInterruptedLookupKeepsRelisting(t *testing.T) {
 	mem := memstore.New()
-	st := &gatedStore{Store: mem, gatePrefix: "d/", listing: make(chan struct{}, 1)}
+	st := &countingStore{Store: mem, gatePrefix: "d/", listing: make(chan struct{}, 1)}
 	const ttl = 50 * time.Millisecond
 	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: ttl})
 	d := filepath.Join(dir, "d")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	expire(time.Now(), ttl)
+	// Stat missing names in another process until one, once the mkdir's
+	// listing has expired, starts a listing (held at the gate); then kill
+	// it, and the kernel interrupts its LOOKUP.
 	g := make(chan struct{})
 	st.gate.Store(&g)
-	cmd := exec.Command("stat", filepath.Join(d, "missing"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		cmd := exec.Command("stat", filepath.Join(d, fmt.Sprintf("missing-%d", i)))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		select {
+		case <-st.listing:
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
+		case <-exited: // answered from the listing: not expired yet
+			if time.Now().After(deadline) {
+				t.Fatal("no lookup miss listed the directory again")
+			}
+			continue
+		}
+		break
 	}
-	select {
-	case <-st.listing:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a lookup miss did not list the directory")
-	}
-	cmd.Process.Signal(syscall.SIGKILL) // the kernel interrupts its LOOKUP
-	cmd.Wait()
 	st.gate.Store(nil)
 	close(g)
 	st.heads.Store(0)
 	st.lists.Store(0)
 	for i := range 5 {
-		if _, err := os.Stat(filepath.Join(d, fmt.Sprintf("missing-%d", i))); !os.IsNotExist(err) {
-			t.Fatalf("stat missing-%d: %v", i, err)
+		if _, err := os.Stat(filepath.Join(d, fmt.Sprintf("after-%d", i))); !os.IsNotExist(err) {
+			t.Fatalf("stat after-%d: %v", i, err)
 		}
 	}
 	if h, l := st.heads.Load(), st.lists.Load(); h != 0 || l > 1 {

@@ -101,26 +101,6 @@ func mounted(dir string) bool {
 	return false
 }
 
-// readaheadKiB is the kernel readahead of the mount at dir, from its
-// backing device's sysfs entry.
-func readaheadKiB(t *testing.T, dir string) string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	dev := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			dev = f[2]
-		}
-	}
-	if dev == "" {
-		return ""
-	}
-	kb, err := os.ReadFile("/sys/class/bdi/" + dev + "/read_ahead_kb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(kb))
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -147,7 +127,10 @@ func TestMountAndSignal(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	waitFor(t, "the mount", func() bool { return mounted(mnt) })
 	// Linux gives every FUSE mount 128 KiB; objfuse-mount raises it.
-	waitFor(t, "readahead of 2048 KiB", func() bool { return readaheadKiB(t, mnt) == "2048" })
+	waitFor(t, "readahead of 2048 KiB", func() bool {
+		kib, _ := handoff.Readahead(mnt)
+		return kib == 2048
+	})
 	if err := os.WriteFile(filepath.Join(mnt, "closed.txt"), []byte("closed"), 0o644); err != nil {
 		t.Fatal(err)
 	}
