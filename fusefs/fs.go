@@ -12,6 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -32,6 +33,9 @@ type FS struct {
 	bufOnce sync.Once
 	bufs    *buffers
 
+	// splicing: readahead chunks are pipes (pipes.go).
+	splicing bool
+
 	stats Stats
 }
 
@@ -45,6 +49,9 @@ type Stats struct {
 	PanicsRecovered atomic.Int64
 	// AsyncUploadErrors are failed uploads after an asynchronous close.
 	AsyncUploadErrors atomic.Int64
+	// BytesSpliced went from S3 into readahead pipes (never through
+	// user space when the store splices).
+	BytesSpliced atomic.Int64
 	// BufferBytes is the memory held now in upload parts and readahead
 	// chunks (a gauge, bounded by Options.MemoryLimit).
 	BufferBytes atomic.Int64
@@ -58,6 +65,9 @@ func New(st store.Store, opts Options) (*FS, error) {
 		return nil, err
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
+	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
+		f.splicing = true
+	}
 	f.root = &dirNode{fsys: f}
 	f.root.attr = attrs{mode: syscall.S_IFDIR | uint32(opts.DirMode), uid: opts.UID, gid: opts.GID, mtime: f.mountTime}
 	f.root.hasMarker = true // the root never needs a marker to exist
@@ -83,15 +93,14 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			FsName:        fsName,
 			Name:          "objfuse",
 			AllowOther:    true,
-			MaxWrite:      1 << 20,
+			MaxWrite:      MaxRead, // also the largest READ
 			MaxReadAhead:  1 << 20,
 			MaxBackground: 64,
 			// Objects have no place for extended attributes.
 			DisableXAttrs: true,
-			// Reads answer from memory: go-fuse would still set up a pipe
-			// for every reply before finding nothing to splice (a tenth
-			// of the daemon's CPU in a 1 GiB read's profile).
-			DisableSplice:     true,
+			// Replies from memory have Slices, which go-fuse writes
+			// without trying a pipe; replies from pipes splice.
+			DisableSplice:     !f.splicing,
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
 			PanicHandler: func(p any) fuse.Status {
 				f.stats.PanicsRecovered.Add(1)

@@ -50,7 +50,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		if err != nil {
 			return nil, syscall.EIO
 		}
-		return fuse.ReadResultData(dest[:k]), 0
+		return sliceReply(dest[:k]), 0
 	}
 	key, size, etag := n.key(), n.attr.size, n.attr.etag
 	n.mu.Unlock()

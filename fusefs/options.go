@@ -48,7 +48,10 @@ type Options struct {
 	// next close or fsync of that file and in a metric. For small-file
 	// workloads that accept that trade.
 	AsyncClose bool
-	Logger     *slog.Logger
+	// NoSplice keeps readahead in buffers even when the store's bodies
+	// could splice into pipes (an escape hatch; splicing is cheaper).
+	NoSplice bool
+	Logger   *slog.Logger
 }
 
 // WithDefaults returns o with every unset field set to its default.

@@ -99,6 +99,7 @@ Flags:
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", 10240, "bound on the staging directory's use, in MiB")
 	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
+	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this host:port")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")

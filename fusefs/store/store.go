@@ -63,6 +63,21 @@ type Prober interface {
 	First(ctx context.Context, prefix string) (Entry, bool, error)
 }
 
+// Splicer is a Store whose Get bodies are PipeSources: a plain-HTTP S3
+// endpoint, where a body's bytes sit in a socket the kernel can splice
+// from. Over TLS they must be decrypted in user space, so they cannot.
+type Splicer interface {
+	Splices() bool
+}
+
+// PipeSource is a Get body that can move its bytes into a pipe without
+// copying them through user space. SpliceTo moves up to max bytes into
+// the pipe whose write end is pipeFd, waiting until at least one byte is
+// available; it returns io.EOF once the whole body was moved.
+type PipeSource interface {
+	SpliceTo(pipeFd int, max int) (int, error)
+}
+
 // Upload is an in-progress multipart upload. Part numbers start at 1 and
 // every part but the last must be at least MinPartSize bytes.
 type Upload interface {

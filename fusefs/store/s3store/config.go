@@ -46,17 +46,29 @@ type Config struct {
 
 // NewClient builds a minio-go client for cfg.
 func NewClient(cfg Config) (*minio.Client, error) {
+	c, _, err := newClient(cfg)
+	return c, err
+}
+
+// newClient also reports whether the client's ranged GETs come back as
+// bodies that can splice (a plain-HTTP endpoint reached without a proxy).
+func newClient(cfg Config) (*minio.Client, bool, error) {
 	host, secure, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	tr, err := transport(secure, cfg.CABundle)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	creds, err := credentialsFor(cfg)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	var rt http.RoundTripper = tr
+	splices := !secure && !proxied(tr, host)
+	if splices {
+		rt = newRawGetTransport(tr)
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {
@@ -65,15 +77,24 @@ func NewClient(cfg Config) (*minio.Client, error) {
 	c, err := minio.New(host, &minio.Options{
 		Creds:        creds,
 		Secure:       secure,
-		Transport:    tr,
+		Transport:    rt,
 		Region:       cfg.Region,
 		BucketLookup: lookup,
 		MaxRetries:   cfg.MaxRetries,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+		return nil, false, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
 	}
-	return c, nil
+	return c, splices, nil
+}
+
+// proxied reports whether requests to host go through a proxy.
+func proxied(tr *http.Transport, host string) bool {
+	if tr.Proxy == nil {
+		return false
+	}
+	u, err := tr.Proxy(&http.Request{URL: &url.URL{Scheme: "http", Host: host}})
+	return err != nil || u != nil
 }
 
 // ParseEndpoint splits an endpoint URL into host[:port] and whether it uses TLS.

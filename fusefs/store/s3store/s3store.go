@@ -24,16 +24,20 @@ type Store struct {
 	core   minio.Core
 	bucket string
 	cfg    Config
+	// splices: Get bodies are rawBodies (see rawGetTransport).
+	splices bool
 }
 
 // New returns a Store for bucket. It makes no request; call Check to
 // verify that the endpoint, credentials and bucket are usable.
 func New(cfg Config, bucket string) (*Store, error) {
-	c, err := NewClient(cfg)
+	c, splices, err := newClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return NewWithClient(c, bucket, cfg), nil
+	s := NewWithClient(c, bucket, cfg)
+	s.splices = splices
+	return s, nil
 }
 
 // NewWithClient wraps an existing client.
@@ -46,6 +50,10 @@ func NewWithClient(c *minio.Client, bucket string, cfg Config) *Store {
 	}
 	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg}
 }
+
+// Splices reports whether Get bodies can splice into a pipe
+// (store.Splicer): true for plain-HTTP endpoints reached directly.
+func (s *Store) Splices() bool { return s.splices }
 
 // Client is the underlying minio-go client.
 func (s *Store) Client() *minio.Client { return s.client }

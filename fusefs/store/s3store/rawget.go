@@ -1,0 +1,306 @@
+package s3store
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// rawGetTransport sends ranged GETs on plain-HTTP endpoints itself, over
+// connections it keeps, so that a response body can be spliced from the
+// socket into a pipe (and from there into /dev/fuse) without passing
+// through user space: Go's http.Transport hides its sockets. Everything
+// else, and every GET it cannot handle (TLS, proxies), goes to inner.
+// minio-go still builds, signs and retries every request; only the wire
+// exchange of the GET is ours.
+type rawGetTransport struct {
+	inner  *http.Transport
+	dialer net.Dialer
+
+	mu   sync.Mutex
+	idle map[string][]*rawConn // by host:port, most recently used last
+}
+
+// maxIdleRaw bounds the idle connections kept per host.
+const maxIdleRaw = 32
+
+// rawHeaderTimeout bounds the wait for a response's header, as the
+// inner transport's ResponseHeaderTimeout does.
+const rawHeaderTimeout = 2 * time.Minute
+
+func newRawGetTransport(inner *http.Transport) *rawGetTransport {
+	return &rawGetTransport{
+		inner:  inner,
+		dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		idle:   map[string][]*rawConn{},
+	}
+}
+
+func (t *rawGetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.handles(req) {
+		return t.inner.RoundTrip(req)
+	}
+	return t.roundTripRaw(req)
+}
+
+// CloseIdleConnections lets minio-go and tests drop idle connections.
+func (t *rawGetTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = map[string][]*rawConn{}
+	t.mu.Unlock()
+	for _, cs := range idle {
+		for _, c := range cs {
+			c.conn.Close()
+		}
+	}
+	t.inner.CloseIdleConnections()
+}
+
+func (t *rawGetTransport) handles(req *http.Request) bool {
+	if req.Method != http.MethodGet || req.URL.Scheme != "http" || req.Header.Get("Range") == "" || req.Body != nil && req.Body != http.NoBody {
+		return false
+	}
+	if t.inner.Proxy != nil {
+		if u, err := t.inner.Proxy(req); err != nil || u != nil {
+			return false
+		}
+	}
+	return true
+}
+
+type rawConn struct {
+	conn *net.TCPConn
+	raw  syscall.RawConn
+	br   *bufio.Reader
+}
+
+func (t *rawGetTransport) roundTripRaw(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	host := canonicalHost(req.URL)
+	for attempt := 0; ; attempt++ {
+		c, reused, err := t.get(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.exchange(ctx, c, req)
+		if err != nil {
+			c.conn.Close()
+			// A kept connection the server closed while idle fails on
+			// first use; that is not the request's failure.
+			if reused && attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+func canonicalHost(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+func (t *rawGetTransport) get(ctx context.Context, host string) (*rawConn, bool, error) {
+	t.mu.Lock()
+	if cs := t.idle[host]; len(cs) > 0 {
+		c := cs[len(cs)-1]
+		t.idle[host] = cs[:len(cs)-1]
+		t.mu.Unlock()
+		return c, true, nil
+	}
+	t.mu.Unlock()
+	nc, err := t.dialer.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, false, err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return nil, false, fmt.Errorf("dial %s: not a TCP connection", host)
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		tc.Close()
+		return nil, false, err
+	}
+	return &rawConn{conn: tc, raw: raw, br: bufio.NewReaderSize(tc, 4096)}, false, nil
+}
+
+func (t *rawGetTransport) put(host string, c *rawConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.idle[host]) >= maxIdleRaw {
+		c.conn.Close()
+		return
+	}
+	t.idle[host] = append(t.idle[host], c)
+}
+
+// exchange writes req on c and reads the response header. A 2xx response
+// with a Content-Length gets a rawBody that can splice; anything else
+// keeps net/http's body reader and the connection is not reused.
+func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, req *http.Request) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	c.conn.SetDeadline(time.Now().Add(rawHeaderTimeout))
+	if err := req.Write(c.conn); err != nil {
+		stop()
+		return nil, ctxErr(ctx, err)
+	}
+	resp, err := http.ReadResponse(c.br, req)
+	if err != nil {
+		stop()
+		return nil, ctxErr(ctx, err)
+	}
+	c.conn.SetDeadline(time.Time{})
+	if resp.StatusCode/100 != 2 || resp.ContentLength < 0 || len(resp.TransferEncoding) > 0 || resp.Close {
+		// net/http's reader parses whatever framing this is; the
+		// connection closes with the body.
+		resp.Body = &closingBody{ReadCloser: resp.Body, conn: c.conn, stop: stop}
+		return resp, nil
+	}
+	// Body bytes already buffered behind the header are handed out
+	// first; the rest come straight from the socket.
+	buffered, _ := c.br.Peek(c.br.Buffered())
+	lead := append([]byte(nil), buffered...)
+	c.br.Discard(len(lead))
+	if int64(len(lead)) > resp.ContentLength {
+		stop()
+		return nil, fmt.Errorf("GET %s: server sent more than its Content-Length", req.URL.Path)
+	}
+	resp.Body = &rawBody{t: t, host: canonicalHost(req.URL), c: c, lead: lead, left: resp.ContentLength - int64(len(lead)), ctx: ctx, stop: stop}
+	return resp, nil
+}
+
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+type closingBody struct {
+	io.ReadCloser
+	conn net.Conn
+	stop func() bool
+}
+
+func (b *closingBody) Close() error {
+	b.stop()
+	err := b.ReadCloser.Close()
+	b.conn.Close()
+	return err
+}
+
+// rawBody is a response body of known length on a connection of ours.
+// Read copies like any body; SpliceTo moves bytes from the socket into a
+// pipe without copying them through user space.
+type rawBody struct {
+	t    *rawGetTransport
+	host string
+	c    *rawConn
+	lead []byte // body bytes read along with the header
+	left int64  // bytes still on the socket
+	err  error
+	ctx  context.Context
+	stop func() bool
+	done bool
+}
+
+func (b *rawBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if len(b.lead) > 0 {
+		n := copy(p, b.lead)
+		b.lead = b.lead[n:]
+		return n, nil
+	}
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.c.conn.Read(p)
+	b.left -= int64(n)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		b.err = ctxErr(b.ctx, err)
+		return n, b.err
+	}
+	return n, nil
+}
+
+var _ store.PipeSource = (*rawBody)(nil)
+
+// SpliceTo is store.PipeSource's: a full pipe blocks the call if pipeFd
+// is blocking.
+func (b *rawBody) SpliceTo(pipeFd int, max int) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if len(b.lead) > 0 {
+		n, err := unix.Write(pipeFd, b.lead[:min(len(b.lead), max)])
+		if err != nil {
+			b.err = fmt.Errorf("write to pipe: %w", err)
+			return 0, b.err
+		}
+		b.lead = b.lead[n:]
+		return n, nil
+	}
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	want := int(min(int64(max), b.left))
+	var n int64
+	var serr error
+	err := b.c.raw.Read(func(fd uintptr) bool {
+		n, serr = unix.Splice(int(fd), nil, pipeFd, nil, want, 0)
+		return serr != unix.EAGAIN
+	})
+	if err == nil {
+		err = serr
+	}
+	if err == nil && n == 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		b.err = ctxErr(b.ctx, fmt.Errorf("splice from socket: %w", err))
+		return 0, b.err
+	}
+	b.left -= n
+	return int(n), nil
+}
+
+// Close returns the connection for reuse when the body was read to its
+// end, and closes it otherwise.
+func (b *rawBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	stopped := b.stop()
+	if b.err == nil && b.left == 0 && len(b.lead) == 0 && stopped {
+		b.t.put(b.host, b.c)
+		return nil
+	}
+	return b.c.conn.Close()
+}
