@@ -34,7 +34,8 @@ type FS struct {
 	bufs    *buffers
 
 	// splicing: readahead chunks are pipes (pipes.go).
-	splicing bool
+	splicing    bool
+	reorderWait time.Duration
 
 	stats Stats
 }
@@ -65,6 +66,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 		return nil, err
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
+	f.reorderWait = reorderWait
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true
 	}

@@ -138,8 +138,8 @@ func (s *copyingSource) SpliceTo(fd int, max int) (int, error) {
 
 // take moves the k bytes at pos out of c's pipe into dst (a pipe's write
 // end). Bytes before pos belong to a READ that was overtaken: take waits
-// up to reorderWait for it to take them, then discards them.
-func (c *chunk) take(ctx context.Context, pos int64, k int, dst int) error {
+// up to wait (reorderWait) for it to take them, then discards them.
+func (c *chunk) take(ctx context.Context, pos int64, k int, dst int, wait time.Duration) error {
 	p := c.pipe
 	var timeout <-chan time.Time
 	p.mu.Lock()
@@ -152,7 +152,7 @@ func (c *chunk) take(ctx context.Context, pos int64, k int, dst int) error {
 			break
 		}
 		if timeout == nil && p.head < pos {
-			timeout = time.After(reorderWait)
+			timeout = time.After(wait)
 		}
 		changed := p.changed
 		p.mu.Unlock()
@@ -235,9 +235,8 @@ var devNull = sync.OnceValue(func() int {
 // pipeReply is a READ's answer held in a pipe, which go-fuse splices into
 // /dev/fuse (its Stateful interface).
 type pipeReply struct {
-	pair    *splice.Pair
-	size    int
-	spliced bool
+	pair *splice.Pair
+	size int
 }
 
 var _ fuse.ReadResult = (*pipeReply)(nil)
@@ -257,18 +256,12 @@ func newPipeReply(size int) (*pipeReply, error) {
 func (r *pipeReply) Size() int { return r.size }
 
 // Stateful hands go-fuse the pipe to splice from.
-func (r *pipeReply) Stateful() (uintptr, int) {
-	r.spliced = true
-	return r.pair.ReadFd(), r.size
-}
+func (r *pipeReply) Stateful() (uintptr, int) { return r.pair.ReadFd(), r.size }
 
 // Bytes is go-fuse's fallback when it cannot splice. If a splice was
-// tried and failed, the bytes may be gone: the READ fails rather than
+// tried and failed, some bytes may be gone: the READ fails rather than
 // come back short, which the kernel would take for the end of the file.
 func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
-	if r.spliced {
-		return nil, fuse.EIO
-	}
 	if cap(buf) < r.size {
 		buf = make([]byte, r.size)
 	}
@@ -279,12 +272,16 @@ func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
 	return buf, fuse.OK
 }
 
-// readInto reads the reply's bytes out of the pipe (all of them are in).
+// readInto reads exactly len(buf) bytes out of the pipe, which holds them
+// all already (an empty pipe fails with EAGAIN rather than wait).
 func (r *pipeReply) readInto(buf []byte) error {
 	for n := 0; n < len(buf); {
 		m, err := r.pair.Read(buf[n:])
 		if err != nil {
 			return fmt.Errorf("read reply pipe: %w", err)
+		}
+		if m == 0 {
+			return fmt.Errorf("read reply pipe: %w", io.ErrUnexpectedEOF)
 		}
 		n += m
 	}

@@ -64,6 +64,37 @@ func TestReadaheadRepliesFromChunks(t *testing.T) {
 			eventually(t, 10*time.Second, "readahead memory to be released", func() bool {
 				return f.Stats().BufferBytes.Load() == 0
 			})
+			// MinIO on plain HTTP: the readahead went socket → pipe →
+			// /dev/fuse; the memory store's bodies cannot splice.
+			spliced := f.Stats().BytesSpliced.Load()
+			if wantSplice := b.name == "minio"; wantSplice != (spliced >= size) {
+				t.Errorf("%d bytes spliced through pipes; want at least %d: %v", spliced, size, wantSplice)
+			}
 		})
+	}
+}
+
+// --no-splice keeps readahead in buffers on a store that could splice,
+// and reads the same bytes.
+func TestNoSpliceReadsFromBuffers(t *testing.T) {
+	st := backends()[1].fresh(t)
+	const size = 24 << 20
+	data := randomBytes(size)
+	put(t, st, "f", data)
+	f, dir := mountFSOf(t, st, fusefs.Options{NoSplice: true})
+	got, err := os.ReadFile(filepath.Join(dir, "f"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read: %d bytes, equal %v, err %v", len(got), bytes.Equal(got, data), err)
+	}
+	if n := f.Stats().BytesSpliced.Load(); n != 0 {
+		t.Errorf("%d bytes spliced with NoSplice", n)
+	}
+}
+
+// The readahead window is one READ of the largest size, so that no small
+// READ trails each window.
+func TestReadaheadIsOneLargestRead(t *testing.T) {
+	if handoff.ReadaheadKiB*1024 != fusefs.MaxRead {
+		t.Fatalf("readahead %d KiB, largest READ %d bytes", handoff.ReadaheadKiB, fusefs.MaxRead)
 	}
 }

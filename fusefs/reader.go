@@ -170,7 +170,7 @@ func (r *reader) takeFromPipes(ctx context.Context, key string, chunks []*chunk,
 			break
 		}
 		k := min(want-got, int(c.end()-pos))
-		if err := c.take(ctx, pos, k, int(reply.pair.WriteFd())); err != nil {
+		if err := c.take(ctx, pos, k, int(reply.pair.WriteFd()), r.fsys.reorderWait); err != nil {
 			if errors.Is(err, errTaken) {
 				break
 			}

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
@@ -76,5 +81,135 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 	t.Logf("GETs for %d MiB: %v", size>>20, gets)
 	if gets["swapped"] > gets["in order"]+1 {
 		t.Fatalf("reordered READs cost %d GETs, in order %d: reordering dropped the prefetch", gets["swapped"], gets["in order"])
+	}
+}
+
+// splicingStore claims its bodies can splice, so the reader keeps its
+// readahead in pipes; memstore's bodies cannot, so they are copied in.
+// The real splice from a socket is covered on MinIO by
+// TestReadaheadRepliesFromChunks.
+type splicingStore struct{ *getCounter }
+
+func (splicingStore) Splices() bool { return true }
+
+func newPipeReader(t *testing.T, data []byte, wait time.Duration) (*reader, *getCounter) {
+	t.Helper()
+	st := &getCounter{Store: memstore.New()}
+	if _, err := st.Put(t.Context(), "f", bytes.NewReader(data), int64(len(data)), nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(splicingStore{st}, Options{PartSize: 5 << 20, MemoryLimit: 40 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.splicing {
+		t.Fatal("a store whose bodies splice did not get pipes")
+	}
+	f.reorderWait = wait
+	r := &reader{fsys: f}
+	t.Cleanup(r.close)
+	return r, st
+}
+
+// readAt is one READ through r, checked against data.
+func readAt(t *testing.T, r *reader, data []byte, off int64, n int) error {
+	dest := make([]byte, n)
+	res, got, err := r.read(t.Context(), "f", "etag", int64(len(data)), dest, off)
+	if err != nil || got != n {
+		return fmt.Errorf("read at %d: %d bytes, %v", off, got, err)
+	}
+	defer res.Done()
+	b, status := res.Bytes(make([]byte, 0, n))
+	if !status.Ok() || !bytes.Equal(b, data[off:off+int64(n)]) {
+		return fmt.Errorf("read at %d: wrong bytes (status %v)", off, status)
+	}
+	return nil
+}
+
+// With pipes, a READ that overtook its neighbour waits for it rather than
+// throwing its bytes away: every byte comes through the pipes, with one
+// GET per chunk as for READs in order.
+func TestReorderedReadsThroughPipes(t *testing.T) {
+	const block, size = MaxRead, 40 << 20
+	data := make([]byte, size)
+	rand.Read(data)
+	r, st := newPipeReader(t, data, time.Minute)
+	for _, off := range []int64{0, block} {
+		if err := readAt(t, r, data, off, block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Then pairs whose second READ starts first: 3 before 2, 5 before 4...
+	last := int64(size/block) * block
+	for off := int64(2 * block); off+2*block <= last; off += 2 * block {
+		errs := make(chan error, 2)
+		go func() { errs <- readAt(t, r, data, off+block, block) }()
+		go func() { errs <- readAt(t, r, data, off, block) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// 2 direct READs, then chunks of at most 1, 2, 4 and 5 MiB (the
+	// part size), each ending on a MiB boundary.
+	if gets, want := st.gets.Load(), int64(2+3+(size-7<<20)/(5<<20)+1); gets > want {
+		t.Errorf("%d GETs for %d MiB, want at most %d: overtaken READs fell back to GETs", gets, size>>20, want)
+	}
+	if spliced := r.fsys.stats.BytesSpliced.Load(); spliced < last-2*block {
+		t.Errorf("%d bytes went through pipes, want at least %d", spliced, last-2*block)
+	}
+}
+
+// A READ whose predecessor never comes (the kernel had those pages) waits
+// reorderWait, then skips the bytes; if the skipped range is read after
+// all, it comes with a GET of its own.
+func TestSkippedRangeOfAPipeIsFetchedAgain(t *testing.T) {
+	const block, size = MaxRead, 16 << 20
+	data := make([]byte, size)
+	rand.Read(data)
+	r, st := newPipeReader(t, data, time.Millisecond)
+	for _, off := range []int64{0, block, 3 * block} {
+		if err := readAt(t, r, data, off, block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spliced := r.fsys.stats.BytesSpliced.Load(); spliced < 3*block {
+		t.Fatalf("%d bytes went through pipes, want at least %d", spliced, 3*block)
+	}
+	before := st.gets.Load()
+	if err := readAt(t, r, data, 2*block, block); err != nil {
+		t.Fatal(err)
+	}
+	if gets := st.gets.Load() - before; gets != 1 {
+		t.Errorf("the skipped range took %d GETs, want 1", gets)
+	}
+	if err := readAt(t, r, data, 4*block, block); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reply whose splice into /dev/fuse failed part-way has lost bytes:
+// go-fuse's fallback must get an error, not the rest of them, which the
+// kernel would take for a short file (or the wrong bytes at the offset).
+func TestFailedSpliceFailsTheRead(t *testing.T) {
+	reply, err := newPipeReply(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reply.Done()
+	if _, err := reply.pair.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	fd, n := reply.Stateful()
+	if n != 4096 {
+		t.Fatalf("Stateful size %d", n)
+	}
+	// The splice that then failed took half.
+	if _, err := unix.Read(int(fd), make([]byte, 2048)); err != nil {
+		t.Fatal(err)
+	}
+	if b, status := reply.Bytes(make([]byte, 0, 4096)); status != fuse.EIO {
+		t.Fatalf("Bytes after a failed splice: %d bytes, status %v; want EIO", len(b), status)
 	}
 }

@@ -50,25 +50,26 @@ func NewClient(cfg Config) (*minio.Client, error) {
 	return c, err
 }
 
-// newClient also reports whether the client's ranged GETs come back as
-// bodies that can splice (a plain-HTTP endpoint reached without a proxy).
-func newClient(cfg Config) (*minio.Client, bool, error) {
+// newClient also returns the transport of the client's ranged GETs when
+// their bodies can splice (a plain-HTTP endpoint reached without a proxy).
+func newClient(cfg Config) (*minio.Client, *rawGetTransport, error) {
 	host, secure, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	tr, err := transport(secure, cfg.CABundle)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	creds, err := credentialsFor(cfg)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	var rt http.RoundTripper = tr
-	splices := !secure && !proxied(tr, host)
-	if splices {
-		rt = newRawGetTransport(tr)
+	var raw *rawGetTransport
+	if !secure && !proxied(tr, host) {
+		raw = newRawGetTransport(tr)
+		rt = raw
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {
@@ -83,9 +84,9 @@ func newClient(cfg Config) (*minio.Client, bool, error) {
 		MaxRetries:   cfg.MaxRetries,
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+		return nil, nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
 	}
-	return c, splices, nil
+	return c, raw, nil
 }
 
 // proxied reports whether requests to host go through a proxy.

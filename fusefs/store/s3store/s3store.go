@@ -24,19 +24,20 @@ type Store struct {
 	core   minio.Core
 	bucket string
 	cfg    Config
-	// splices: Get bodies are rawBodies (see rawGetTransport).
-	splices bool
+	// raw sends the ranged GETs whose bodies can splice; nil when the
+	// endpoint is HTTPS or proxied.
+	raw *rawGetTransport
 }
 
 // New returns a Store for bucket. It makes no request; call Check to
 // verify that the endpoint, credentials and bucket are usable.
 func New(cfg Config, bucket string) (*Store, error) {
-	c, splices, err := newClient(cfg)
+	c, raw, err := newClient(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s := NewWithClient(c, bucket, cfg)
-	s.splices = splices
+	s.raw = raw
 	return s, nil
 }
 
@@ -53,7 +54,7 @@ func NewWithClient(c *minio.Client, bucket string, cfg Config) *Store {
 
 // Splices reports whether Get bodies can splice into a pipe
 // (store.Splicer): true for plain-HTTP endpoints reached directly.
-func (s *Store) Splices() bool { return s.splices }
+func (s *Store) Splices() bool { return s.raw != nil }
 
 // Client is the underlying minio-go client.
 func (s *Store) Client() *minio.Client { return s.client }

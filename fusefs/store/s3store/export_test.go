@@ -1,0 +1,24 @@
+package s3store
+
+// IdleRawConns counts the connections s's ranged GETs keep for reuse.
+func IdleRawConns(s *Store) int {
+	s.raw.mu.Lock()
+	defer s.raw.mu.Unlock()
+	n := 0
+	for _, cs := range s.raw.idle {
+		n += len(cs)
+	}
+	return n
+}
+
+// HalfCloseIdleRawConns shuts the kept connections for writing, so the
+// server closes them, as a server closing idle connections does.
+func HalfCloseIdleRawConns(s *Store) {
+	s.raw.mu.Lock()
+	defer s.raw.mu.Unlock()
+	for _, cs := range s.raw.idle {
+		for _, c := range cs {
+			c.conn.CloseWrite()
+		}
+	}
+}
