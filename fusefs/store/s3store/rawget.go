@@ -3,6 +3,7 @@ package s3store
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -83,7 +84,25 @@ func (t *rawGetTransport) handles(req *http.Request) bool {
 type rawConn struct {
 	conn *net.TCPConn
 	raw  syscall.RawConn
-	br   *bufio.Reader
+	br   *bufio.Reader // reads the response headers, through headerBudget
+	// headerBudget bounds what a response header may take, as
+	// http.Transport's MaxResponseHeaderBytes does.
+	headerBudget int
+}
+
+// maxResponseHeader is http.Transport's default MaxResponseHeaderBytes.
+const maxResponseHeader = 10 << 20
+
+var errHeaderTooLarge = errors.New("response header too large")
+
+// Read feeds br while a response header is read.
+func (c *rawConn) Read(p []byte) (int, error) {
+	if c.headerBudget <= 0 {
+		return 0, errHeaderTooLarge
+	}
+	n, err := c.conn.Read(p[:min(len(p), c.headerBudget)])
+	c.headerBudget -= n
+	return n, err
 }
 
 func (t *rawGetTransport) roundTripRaw(req *http.Request) (*http.Response, error) {
@@ -139,7 +158,9 @@ func (t *rawGetTransport) get(ctx context.Context, host string) (*rawConn, bool,
 		tc.Close()
 		return nil, false, err
 	}
-	return &rawConn{conn: tc, raw: raw, br: bufio.NewReaderSize(tc, 4096)}, false, nil
+	c := &rawConn{conn: tc, raw: raw}
+	c.br = bufio.NewReaderSize(c, 4096)
+	return c, false, nil
 }
 
 func (t *rawGetTransport) put(host string, c *rawConn) {
@@ -156,18 +177,28 @@ func (t *rawGetTransport) put(host string, c *rawConn) {
 // with a Content-Length gets a rawBody that can splice; anything else
 // keeps net/http's body reader and the connection is not reused.
 func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, req *http.Request) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	// Cancelling ctx fails the connection's reads and writes from now
+	// until the body is closed: a deadline in the past.
 	c.conn.SetDeadline(time.Now().Add(rawHeaderTimeout))
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
 	if err := req.Write(c.conn); err != nil {
 		stop()
 		return nil, ctxErr(ctx, err)
 	}
+	c.headerBudget = maxResponseHeader
 	resp, err := http.ReadResponse(c.br, req)
 	if err != nil {
 		stop()
 		return nil, ctxErr(ctx, err)
 	}
 	c.conn.SetDeadline(time.Time{})
+	if ctx.Err() != nil {
+		// Cancelled while the header came: the line above may have
+		// undone the cancellation's deadline.
+		stop()
+		resp.Body.Close()
+		return nil, ctx.Err()
+	}
 	if resp.StatusCode/100 != 2 || resp.ContentLength < 0 || len(resp.TransferEncoding) > 0 || resp.Close {
 		// net/http's reader parses whatever framing this is; the
 		// connection closes with the body.
