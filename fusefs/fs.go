@@ -53,6 +53,9 @@ type Stats struct {
 	// BytesSpliced went from S3 into readahead pipes (never through
 	// user space when the store splices).
 	BytesSpliced atomic.Int64
+	// CopiedReplies are READs from pipes whose bytes came in too many
+	// pieces (small network packets) for a reply pipe, and were copied.
+	CopiedReplies atomic.Int64
 	// BufferBytes is the memory held now in upload parts and readahead
 	// chunks (a gauge, bounded by Options.MemoryLimit).
 	BufferBytes atomic.Int64

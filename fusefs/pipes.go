@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/hanwen/go-fuse/v2/splice"
 	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -46,6 +45,12 @@ var errTaken = errors.New("bytes already taken from the pipe")
 
 // chunkPipe is a readahead chunk's pipe. Bytes enter at the back (the
 // filler) and leave at the front (READs, one at a time, in order).
+//
+// A pipe's capacity is counted in slots, not bytes: a slot holds one
+// piece of a socket's data, from a 1448-byte packet on a 1500-MTU network
+// to tens of KiB on loopback. So nothing here assumes how many bytes a
+// pipe holds: the filler blocks when the pipe is full, and a reply that
+// runs out of room is finished by copying (pipeReply).
 type chunkPipe struct {
 	r, w int // the write end blocks when the pipe is full
 
@@ -56,14 +61,18 @@ type chunkPipe struct {
 	taking  bool          // a READ is moving bytes out
 }
 
+// newChunkPipe returns a pipe of chunkPipeSize, or an error when the
+// per-user pipe quota (or fs.pipe-max-size) does not allow one.
 func newChunkPipe(off int64) (*chunkPipe, error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	// Best effort: past the per-user pipe quota a pipe keeps its default
-	// size, which still works, in smaller steps.
-	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, chunkPipeSize)
+	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, chunkPipeSize); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("pipe of %d bytes: %w", chunkPipeSize, err)
+	}
 	return &chunkPipe{r: fds[0], w: fds[1], head: off, filled: off, changed: make(chan struct{})}, nil
 }
 
@@ -77,10 +86,6 @@ func (p *chunkPipe) state() (head, filled int64, changed <-chan struct{}) {
 	defer p.mu.Unlock()
 	return p.head, p.filled, p.changed
 }
-
-// closeReader closes the read end once no READ uses the chunk: a filler
-// blocked on the full pipe then fails with EPIPE and stops.
-func (p *chunkPipe) closeReader() { unix.Close(p.r) }
 
 // fillPipe streams [c.off, c.end()) of key into c's pipe.
 func (f *FS) fillPipe(ctx context.Context, key string, c *chunk) error {
@@ -136,10 +141,10 @@ func (s *copyingSource) SpliceTo(fd int, max int) (int, error) {
 	return n, err
 }
 
-// take moves the k bytes at pos out of c's pipe into dst (a pipe's write
-// end). Bytes before pos belong to a READ that was overtaken: take waits
-// up to wait (reorderWait) for it to take them, then discards them.
-func (c *chunk) take(ctx context.Context, pos int64, k int, dst int, wait time.Duration) error {
+// take moves the k bytes at pos out of c's pipe into reply. Bytes before
+// pos belong to a READ that was overtaken: take waits up to wait
+// (reorderWait) for it to take them, then discards them.
+func (c *chunk) take(ctx context.Context, pos int64, k int, reply *pipeReply, wait time.Duration) error {
 	p := c.pipe
 	var timeout <-chan time.Time
 	p.mu.Lock()
@@ -175,19 +180,20 @@ func (c *chunk) take(ctx context.Context, pos int64, k int, dst int, wait time.D
 		p.mu.Unlock()
 	}()
 	if skip > 0 {
-		if err := c.move(ctx, skip, devNull()); err != nil {
+		if err := c.move(ctx, skip, discard); err != nil {
 			return err
 		}
 	}
-	return c.move(ctx, k, dst)
+	return c.move(ctx, k, reply.takeFrom)
 }
 
 // expiredTimer marks a reorder wait that ran out.
 var expiredTimer = make(<-chan time.Time)
 
-// move splices k bytes from the front of c's pipe to dst, waiting for the
-// filler as needed. Only the READ that set p.taking calls it.
-func (c *chunk) move(ctx context.Context, k int, dst int) error {
+// move moves k bytes from the front of c's pipe with to (which takes up
+// to n bytes from the pipe fd and says how many), waiting for the filler
+// as needed. Only the READ that set p.taking calls it.
+func (c *chunk) move(ctx context.Context, k int, to func(fd, n int) (int, error)) error {
 	p := c.pipe
 	for k > 0 {
 		head, filled, changed := p.state()
@@ -206,20 +212,29 @@ func (c *chunk) move(ctx context.Context, k int, dst int) error {
 			}
 			continue
 		}
-		n, err := unix.Splice(p.r, nil, dst, nil, int(min(filled-head, int64(k))), unix.SPLICE_F_NONBLOCK)
+		n, err := to(p.r, int(min(filled-head, int64(k))))
 		if err != nil {
-			return fmt.Errorf("splice from readahead pipe: %w", err)
+			return err
 		}
 		if n == 0 {
 			return io.ErrUnexpectedEOF
 		}
 		p.mu.Lock()
-		p.head += n
+		p.head += int64(n)
 		p.notifyLocked()
 		p.mu.Unlock()
-		k -= int(n)
+		k -= n
 	}
 	return nil
+}
+
+// discard drops n bytes from the front of pipe fd.
+func discard(fd, n int) (int, error) {
+	m, err := unix.Splice(fd, nil, devNull(), nil, n, unix.SPLICE_F_NONBLOCK)
+	if err != nil {
+		return 0, fmt.Errorf("discard from readahead pipe: %w", err)
+	}
+	return int(m), nil
 }
 
 // devNull is /dev/null, opened once for good: a raw descriptor, so no
@@ -232,31 +247,103 @@ var devNull = sync.OnceValue(func() int {
 	return fd
 })
 
-// pipeReply is a READ's answer held in a pipe, which go-fuse splices into
-// /dev/fuse (its Stateful interface).
+// pipeReply is a READ's answer, collected in a pipe that go-fuse splices
+// into /dev/fuse (its Stateful interface) or, once the pipe is full or if
+// there is none, in dest (spilled), answered as bytes.
+//
+// go-fuse moves the reply into a pipe of its own after the header, sized
+// by bytes: at least the next power of two above size plus a header and
+// a page. The reply's pipe has half as many slots, so its pieces always
+// fit there; were they not to, go-fuse would send a short reply, which
+// the kernel takes for the end of the file.
 type pipeReply struct {
-	pair *splice.Pair
-	size int
+	r, w    int // -1 once spilled
+	size    int
+	dest    []byte
+	got     int
+	spilled bool
 }
 
 var _ fuse.ReadResult = (*pipeReply)(nil)
 
-func newPipeReply(size int) (*pipeReply, error) {
-	pair, err := splice.Get()
+func newPipeReply(dest []byte) *pipeReply {
+	reply := &pipeReply{r: -1, w: -1, size: len(dest), dest: dest, spilled: true}
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return reply
+	}
+	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, replySlots(len(dest))*4096); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return reply
+	}
+	reply.r, reply.w, reply.spilled = fds[0], fds[1], false
+	return reply
+}
+
+// fuseHeaderSize is the reply header go-fuse puts before the data.
+const fuseHeaderSize = 16
+
+// replySlots is the slot count of a reply's pipe: half the fewest go-fuse
+// can have for it (the pages of size, a header and a spare page, rounded
+// up to a power of two, as the kernel does).
+func replySlots(size int) int {
+	pages := (size + fuseHeaderSize + 4096 + 4095) / 4096
+	gf := 1
+	for gf < pages {
+		gf *= 2
+	}
+	return gf / 2
+}
+
+// takeFrom moves up to n bytes from the front of pipe fd into the reply:
+// spliced while its pipe has room, copied into dest after.
+func (r *pipeReply) takeFrom(fd, n int) (int, error) {
+	if !r.spilled {
+		m, err := unix.Splice(fd, nil, r.w, nil, n, unix.SPLICE_F_NONBLOCK)
+		if err == nil {
+			r.got += int(m)
+			return int(m), nil
+		}
+		if err != unix.EAGAIN { // EAGAIN: the reply's pipe is full
+			return 0, fmt.Errorf("splice into reply: %w", err)
+		}
+		if err := r.spill(); err != nil {
+			return 0, err
+		}
+	}
+	m, err := unix.Read(fd, r.dest[r.got:r.got+n])
 	if err != nil {
-		return nil, err
+		return 0, fmt.Errorf("read readahead pipe: %w", err)
 	}
-	if err := pair.Grow(size + os.Getpagesize()); err != nil {
-		splice.Drop(pair)
-		return nil, err
+	r.got += m
+	return m, nil
+}
+
+// spill moves what the reply's pipe holds into dest; the rest of the
+// reply is copied there.
+func (r *pipeReply) spill() error {
+	if r.spilled {
+		return nil
 	}
-	return &pipeReply{pair: pair, size: size}, nil
+	err := readFull(r.r, r.dest[:r.got])
+	r.close()
+	r.spilled = true
+	return err
+}
+
+func (r *pipeReply) close() {
+	if r.r >= 0 {
+		unix.Close(r.r)
+		unix.Close(r.w)
+		r.r, r.w = -1, -1
+	}
 }
 
 func (r *pipeReply) Size() int { return r.size }
 
 // Stateful hands go-fuse the pipe to splice from.
-func (r *pipeReply) Stateful() (uintptr, int) { return r.pair.ReadFd(), r.size }
+func (r *pipeReply) Stateful() (uintptr, int) { return uintptr(r.r), r.size }
 
 // Bytes is go-fuse's fallback when it cannot splice. If a splice was
 // tried and failed, some bytes may be gone: the READ fails rather than
@@ -266,17 +353,19 @@ func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
 		buf = make([]byte, r.size)
 	}
 	buf = buf[:r.size]
-	if err := r.readInto(buf); err != nil {
+	if err := readFull(r.r, buf); err != nil {
 		return nil, fuse.EIO
 	}
 	return buf, fuse.OK
 }
 
-// readInto reads exactly len(buf) bytes out of the pipe, which holds them
-// all already (an empty pipe fails with EAGAIN rather than wait).
-func (r *pipeReply) readInto(buf []byte) error {
+func (r *pipeReply) Done() { r.close() }
+
+// readFull reads exactly len(buf) bytes from a pipe that holds them all
+// already (a non-blocking pipe that runs dry fails rather than waits).
+func readFull(fd int, buf []byte) error {
 	for n := 0; n < len(buf); {
-		m, err := r.pair.Read(buf[n:])
+		m, err := unix.Read(fd, buf[n:])
 		if err != nil {
 			return fmt.Errorf("read reply pipe: %w", err)
 		}
@@ -286,11 +375,4 @@ func (r *pipeReply) readInto(buf []byte) error {
 		n += m
 	}
 	return nil
-}
-
-func (r *pipeReply) Done() {
-	if r.pair != nil {
-		splice.Done(r.pair)
-		r.pair = nil
-	}
 }

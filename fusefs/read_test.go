@@ -2,13 +2,19 @@ package fusefs_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
@@ -96,5 +102,80 @@ func TestNoSpliceReadsFromBuffers(t *testing.T) {
 func TestReadaheadIsOneLargestRead(t *testing.T) {
 	if handoff.ReadaheadKiB*1024 != fusefs.MaxRead {
 		t.Fatalf("readahead %d KiB, largest READ %d bytes", handoff.ReadaheadKiB, fusefs.MaxRead)
+	}
+}
+
+// fragmentingStore's GET bodies splice in pieces of 1000 bytes, as
+// packets on an ordinary network arrive from a socket: each piece takes a
+// pipe slot of its own.
+type fragmentingStore struct{ store.Store }
+
+func (fragmentingStore) Splices() bool { return true }
+
+func (s fragmentingStore) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	body, err := s.Store.Get(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	return &piecesBody{Reader: bytes.NewReader(data), data: data}, nil
+}
+
+// piecesBody is a store.PipeSource that vmsplices 1000-byte pieces (the
+// data is never written again, as vmsplice requires).
+type piecesBody struct {
+	*bytes.Reader
+	data []byte
+}
+
+func (b *piecesBody) Close() error { return nil }
+
+func (b *piecesBody) SpliceTo(fd, max int) (int, error) {
+	if len(b.data) == 0 {
+		return 0, io.EOF
+	}
+	var iovs []unix.Iovec
+	for rest := b.data[:min(max, len(b.data), 64*1000)]; len(rest) > 0; {
+		n := min(1000, len(rest))
+		iov := unix.Iovec{Base: &rest[0]}
+		iov.SetLen(n)
+		iovs = append(iovs, iov)
+		rest = rest[n:]
+	}
+	n, err := unix.Vmsplice(fd, iovs, 0)
+	if n > 0 {
+		b.data = b.data[n:]
+	}
+	return n, err
+}
+
+// Readahead from a network that delivers small packets: pipes fill by
+// slots long before bytes, and every READ still gets all its bytes (the
+// reply is copied when its pipe fills), never an error or a short reply
+// the kernel would take for the end of the file.
+func TestSplicedReadsOfSmallPackets(t *testing.T) {
+	const size = 24 << 20
+	data := randomBytes(size)
+	st := memstore.New()
+	put(t, st, "f", data)
+	f, dir := mountFSOf(t, fragmentingStore{st}, fusefs.Options{})
+	if err := handoff.TuneReadahead(dir, handoff.ReadaheadKiB); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "f"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read: %d bytes, equal %v, err %v", len(got), bytes.Equal(got, data), err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "f")); err != nil || fi.Size() != size {
+		t.Fatalf("size after the read: %v, %v", fi, err)
+	}
+	st2 := f.Stats()
+	t.Logf("spliced %d bytes, %d READs copied", st2.BytesSpliced.Load(), st2.CopiedReplies.Load())
+	if st2.BytesSpliced.Load() < size/2 || st2.CopiedReplies.Load() == 0 {
+		t.Fatalf("spliced %d bytes, %d READs copied: the small-packet path did not run", st2.BytesSpliced.Load(), st2.CopiedReplies.Load())
 	}
 }

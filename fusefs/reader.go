@@ -2,13 +2,13 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // minChunk is the first readahead chunk; chunks double up to PartSize as
@@ -28,6 +28,9 @@ type reader struct {
 	chunkSize int
 	etag      string
 	chunks    []*chunk // ascending and contiguous
+	// noPipes: a chunk pipe could not be had (the per-user pipe quota),
+	// so this reader keeps its readahead in buffers from then on.
+	noPipes bool
 }
 
 type chunk struct {
@@ -49,7 +52,13 @@ func (c *chunk) unref(f *FS) {
 		return
 	}
 	if c.pipe != nil {
-		c.pipe.closeReader()
+		// Only now, with no READ left taking from it: stop the GET and
+		// close the read end, which fails a filler blocked on the full
+		// pipe with EPIPE.
+		c.cancel()
+		unix.Close(c.pipe.r)
+		f.stats.BufferBytes.Add(-chunkPipeSize)
+		f.memory.Release(chunkPipeSize)
 		return
 	}
 	select {
@@ -94,8 +103,9 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 		return r.direct(ctx, key, dest, off)
 	}
 	r.dropBefore(off - reorderSlack)
+	r.dropFailed()
 	r.fill(key, size, off)
-	if r.fsys.splicing {
+	if r.pipes() {
 		// Taking from a pipe may wait for a READ this one overtook,
 		// which needs the lock: hold the chunks, not the reader.
 		var held []*chunk
@@ -153,41 +163,42 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 }
 
 // takeFromPipes answers a READ with the bytes of chunks' pipes, moved
-// into a reply pipe. Bytes no pipe holds any more come with a GET (and
-// the reply is then copied: a rare path, for a READ overtaken for longer
-// than reorderWait).
+// into a reply pipe (or, when it fills, copied). Bytes no pipe holds any
+// more, or that a failed GET never brought, come with a GET of their own
+// into dest: a rare path, for a READ overtaken for longer than
+// reorderWait or a chunk whose connection broke.
 func (r *reader) takeFromPipes(ctx context.Context, key string, chunks []*chunk, dest []byte, off int64) (fuse.ReadResult, int, error) {
 	want := len(dest)
-	reply, err := newPipeReply(want)
-	if err != nil {
-		// Past the per-user pipe quota: no splice for this READ.
-		return r.direct(ctx, key, dest, off)
-	}
-	got := 0
+	reply := newPipeReply(dest)
 	for _, c := range chunks {
-		pos := off + int64(got)
-		if got == want || pos < c.off {
+		pos := off + int64(reply.got)
+		if reply.got == want || pos < c.off {
 			break
 		}
-		k := min(want-got, int(c.end()-pos))
-		if err := c.take(ctx, pos, k, int(reply.pair.WriteFd()), r.fsys.reorderWait); err != nil {
-			if errors.Is(err, errTaken) {
-				break
+		k := min(want-reply.got, int(c.end()-pos))
+		if err := c.take(ctx, pos, k, reply, r.fsys.reorderWait); err != nil {
+			if ctx.Err() != nil {
+				reply.Done()
+				return nil, 0, ctx.Err()
 			}
-			reply.Done()
-			return nil, 0, err
+			break // the rest with a GET
 		}
-		got += k
 	}
-	if got == want {
+	if reply.got == want && !reply.spilled {
 		return reply, want, nil
 	}
 	defer reply.Done()
-	if err := reply.readInto(dest[:got]); err != nil {
-		return nil, 0, err
+	if !reply.spilled {
+		if err := reply.spill(); err != nil {
+			return nil, 0, err
+		}
+	} else if reply.got == want {
+		r.fsys.stats.CopiedReplies.Add(1)
 	}
-	if err := r.fsys.getInto(ctx, key, dest[got:], off+int64(got)); err != nil {
-		return nil, 0, err
+	if got := reply.got; got < want {
+		if err := r.fsys.getInto(ctx, key, dest[got:], off+int64(got)); err != nil {
+			return nil, 0, err
+		}
 	}
 	return sliceReply(dest), want, nil
 }
@@ -233,11 +244,18 @@ func (r *reader) fill(key string, size, off int64) {
 			n = int(e - start)
 		}
 		c := &chunk{off: start, n: n, done: make(chan struct{})}
-		if r.fsys.splicing {
-			p, err := newChunkPipe(start)
-			if err != nil {
+		if r.pipes() {
+			if !r.fsys.memory.TryAcquire(chunkPipeSize) {
 				return
 			}
+			p, err := newChunkPipe(start)
+			if err != nil {
+				r.fsys.memory.Release(chunkPipeSize)
+				r.noPipes = true
+				r.dropAll()
+				return
+			}
+			r.fsys.stats.BufferBytes.Add(chunkPipeSize)
 			c.pipe = p
 		} else if c.buf = r.fsys.partBuffers().tryGet(); c.buf == nil {
 			return
@@ -258,6 +276,28 @@ func (r *reader) fill(key string, size, off int64) {
 	}
 }
 
+// pipes reports whether readahead goes through pipes.
+func (r *reader) pipes() bool { return r.fsys.splicing && !r.noPipes }
+
+// dropFailed drops pipe chunks whose GET failed: READs got their bytes
+// with GETs of their own, and the next fill starts the chunk again.
+func (r *reader) dropFailed() {
+	kept := r.chunks[:0]
+	for _, c := range r.chunks {
+		select {
+		case <-c.done:
+			if c.err != nil && c.pipe != nil {
+				r.free(c)
+				continue
+			}
+		default:
+		}
+		kept = append(kept, c)
+	}
+	clear(r.chunks[len(kept):])
+	r.chunks = kept
+}
+
 func (r *reader) dropBefore(off int64) {
 	i := 0
 	for i < len(r.chunks) && r.chunks[i].end() <= off {
@@ -275,10 +315,13 @@ func (r *reader) dropAll() {
 	r.chunkSize = 0
 }
 
-// free drops the reader's hold on a chunk: its GET stops, and its buffer
-// goes back to the pool once no reply still being sent uses it.
+// free drops the reader's hold on a chunk. A buffer's GET stops now and
+// the buffer goes back to the pool once no reply still being sent uses
+// it; a pipe's GET stops once no READ takes from it (unref).
 func (r *reader) free(c *chunk) {
-	c.cancel()
+	if c.pipe == nil {
+		c.cancel()
+	}
 	c.unref(r.fsys)
 }
 

@@ -193,14 +193,15 @@ func TestSkippedRangeOfAPipeIsFetchedAgain(t *testing.T) {
 // go-fuse's fallback must get an error, not the rest of them, which the
 // kernel would take for a short file (or the wrong bytes at the offset).
 func TestFailedSpliceFailsTheRead(t *testing.T) {
-	reply, err := newPipeReply(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reply := newPipeReply(make([]byte, 4096))
 	defer reply.Done()
-	if _, err := reply.pair.Write(make([]byte, 4096)); err != nil {
+	if reply.spilled {
+		t.Fatal("no reply pipe")
+	}
+	if _, err := unix.Write(reply.w, make([]byte, 4096)); err != nil {
 		t.Fatal(err)
 	}
+	reply.got = 4096
 	fd, n := reply.Stateful()
 	if n != 4096 {
 		t.Fatalf("Stateful size %d", n)
@@ -211,5 +212,22 @@ func TestFailedSpliceFailsTheRead(t *testing.T) {
 	}
 	if b, status := reply.Bytes(make([]byte, 0, 4096)); status != fuse.EIO {
 		t.Fatalf("Bytes after a failed splice: %d bytes, status %v; want EIO", len(b), status)
+	}
+}
+
+// A reply's pipe has half the slots of the pipe go-fuse moves it into
+// after the header, for every READ size: more pieces than go-fuse's pipe
+// holds would become a short reply.
+func TestReplyPipeFitsGoFusePipe(t *testing.T) {
+	for _, size := range []int{1, 100, 4096, 4097, 12272, 65536, 500 << 10, MaxRead} {
+		n := size + fuseHeaderSize + 4096 // what go-fuse grows its pipe to
+		pages := (n + 4095) / 4096
+		gf := 1
+		for gf < pages {
+			gf *= 2
+		}
+		if mine := replySlots(size); mine < 1 || mine > gf-1 {
+			t.Errorf("READ of %d: reply pipe %d slots, go-fuse's %d", size, mine, gf)
+		}
 	}
 }

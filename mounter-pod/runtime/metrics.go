@@ -28,6 +28,7 @@ func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
 	counter("uploads_total", "Files uploaded.", &st.Uploads)
 	counter("read_bytes_total", "Bytes read from the store through the mount.", &st.BytesRead)
 	counter("read_spliced_bytes_total", "Bytes read ahead from the store through pipes, never copied through user space.", &st.BytesSpliced)
+	counter("read_copied_replies_total", "READs of spliced readahead answered by copying: the data came in too many small pieces for one pipe.", &st.CopiedReplies)
 	counter("written_bytes_total", "Bytes written through the mount.", &st.BytesWritten)
 	counter("async_upload_errors_total", "Uploads after an asynchronous close that failed.", &st.AsyncUploadErrors)
 	counter("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", &st.PanicsRecovered)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,8 +34,14 @@ type rawGetTransport struct {
 	idle map[string][]*rawConn // by host:port, most recently used last
 }
 
-// maxIdleRaw bounds the idle connections kept per host.
-const maxIdleRaw = 32
+// maxIdleRaw bounds the idle connections kept per host; rawIdleTimeout
+// is how long one is kept. Servers close idle connections after a while
+// (often 5 to 60 s) without telling: a kept connection is also checked
+// before use, and a request that fails on one goes again on another.
+const (
+	maxIdleRaw     = 32
+	rawIdleTimeout = 20 * time.Second
+)
 
 // rawHeaderTimeout bounds the wait for a response's header, as the
 // inner transport's ResponseHeaderTimeout does.
@@ -88,6 +95,20 @@ type rawConn struct {
 	// headerBudget bounds what a response header may take, as
 	// http.Transport's MaxResponseHeaderBytes does.
 	headerBudget int
+	idleSince    time.Time
+}
+
+// open reports whether an idle connection is still open: nothing to
+// read yet. A server that closed it has sent EOF; one that sent bytes
+// unasked broke HTTP.
+func (c *rawConn) open() bool {
+	open := false
+	c.raw.Control(func(fd uintptr) {
+		var b [1]byte
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		open = err == unix.EAGAIN
+	})
+	return open
 }
 
 // maxResponseHeader is http.Transport's default MaxResponseHeaderBytes.
@@ -108,7 +129,7 @@ func (c *rawConn) Read(p []byte) (int, error) {
 func (t *rawGetTransport) roundTripRaw(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	host := canonicalHost(req.URL)
-	for attempt := 0; ; attempt++ {
+	for {
 		c, reused, err := t.get(ctx, host)
 		if err != nil {
 			return nil, err
@@ -116,9 +137,10 @@ func (t *rawGetTransport) roundTripRaw(req *http.Request) (*http.Response, error
 		resp, err := t.exchange(ctx, c, req)
 		if err != nil {
 			c.conn.Close()
-			// A kept connection the server closed while idle fails on
-			// first use; that is not the request's failure.
-			if reused && attempt == 0 && ctx.Err() == nil {
+			// A kept connection the server closed after the check fails
+			// on first use; that is not the request's failure (a GET can
+			// go again). A new connection's failure is.
+			if reused && ctx.Err() == nil {
 				continue
 			}
 			return nil, err
@@ -136,14 +158,21 @@ func canonicalHost(u *url.URL) string {
 }
 
 func (t *rawGetTransport) get(ctx context.Context, host string) (*rawConn, bool, error) {
-	t.mu.Lock()
-	if cs := t.idle[host]; len(cs) > 0 {
+	for {
+		t.mu.Lock()
+		cs := t.idle[host]
+		if len(cs) == 0 {
+			t.mu.Unlock()
+			break
+		}
 		c := cs[len(cs)-1]
 		t.idle[host] = cs[:len(cs)-1]
 		t.mu.Unlock()
-		return c, true, nil
+		if time.Since(c.idleSince) < rawIdleTimeout && c.open() {
+			return c, true, nil
+		}
+		c.conn.Close()
 	}
-	t.mu.Unlock()
 	nc, err := t.dialer.DialContext(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err
@@ -164,6 +193,7 @@ func (t *rawGetTransport) get(ctx context.Context, host string) (*rawConn, bool,
 }
 
 func (t *rawGetTransport) put(host string, c *rawConn) {
+	c.idleSince = time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.idle[host]) >= maxIdleRaw {
@@ -199,6 +229,13 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, req *http.Re
 		resp.Body.Close()
 		return nil, ctx.Err()
 	}
+	if resp.StatusCode/100 == 2 {
+		if err := checkRange(req, resp); err != nil {
+			stop()
+			resp.Body.Close()
+			return nil, err
+		}
+	}
 	if resp.StatusCode/100 != 2 || resp.ContentLength < 0 || len(resp.TransferEncoding) > 0 || resp.Close {
 		// net/http's reader parses whatever framing this is; the
 		// connection closes with the body.
@@ -216,6 +253,22 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, req *http.Re
 	}
 	resp.Body = &rawBody{t: t, host: canonicalHost(req.URL), c: c, lead: lead, left: resp.ContentLength - int64(len(lead)), ctx: ctx, stop: stop}
 	return resp, nil
+}
+
+// checkRange refuses a response to a ranged GET that does not start where
+// the range does: a server that ignored the Range header would otherwise
+// hand out the object's first bytes as the range's.
+func checkRange(req *http.Request, resp *http.Response) error {
+	var start int64
+	if _, err := fmt.Sscanf(req.Header.Get("Range"), "bytes=%d-", &start); err != nil {
+		return nil // not a range we sent
+	}
+	cr := resp.Header.Get("Content-Range")
+	if resp.StatusCode == http.StatusPartialContent && strings.HasPrefix(cr, fmt.Sprintf("bytes %d-", start)) ||
+		resp.StatusCode == http.StatusOK && start == 0 {
+		return nil
+	}
+	return fmt.Errorf("GET %s: asked for %s, the server answered %s with Content-Range %q", req.URL.Path, req.Header.Get("Range"), resp.Status, cr)
 }
 
 func ctxErr(ctx context.Context, err error) error {
