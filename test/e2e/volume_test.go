@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -107,6 +109,14 @@ func TestStaticVolumeOnExistingBucket(t *testing.T) {
 	if _, err := s.s3.PutObject(s.ctx(), bucket, "existing.txt", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A larger object, read sequentially through the unprivileged mounter
+	// pod: its readahead goes through pipes.
+	big := make([]byte, 24<<20)
+	rand.Read(big)
+	if _, err := s.s3.PutObject(s.ctx(), bucket, "big.bin", bytes.NewReader(big), int64(len(big)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bigSum := fmt.Sprintf("%x", sha256.Sum256(big))
 	sc, err := s.kc.StorageV1().StorageClasses().Get(s.ctx(), scBucket, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -151,9 +161,9 @@ func TestStaticVolumeOnExistingBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.pod("reader", "static", "cat /data/existing.txt", podOpts{})
-	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); out != string(data) {
-		t.Fatalf("pod read %q, want %q", out, data)
+	s.pod("reader", "static", "cat /data/existing.txt; sha256sum /data/big.bin | cut -d' ' -f1", podOpts{})
+	if out, want := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute), string(data)+bigSum+"\n"; out != want {
+		t.Fatalf("pod read %q, want %q", out, want)
 	}
 }
 
