@@ -20,7 +20,7 @@ import (
 // into the chunk's pipe, a READ moves its bytes from there into a reply
 // pipe, and go-fuse splices that into /dev/fuse. The bytes are copied
 // once, by the kernel into the page cache, instead of three times; the
-// daemon's CPU per GiB read fell by a quarter.
+// daemon's CPU per GiB read fell by a third.
 
 // chunkPipeSize is the capacity asked for each chunk's pipe: the most an
 // unprivileged process may ask (fs.pipe-max-size's default). Measured on
@@ -29,9 +29,9 @@ import (
 const chunkPipeSize = 1 << 20
 
 // MaxRead is the largest READ the kernel sends (and WRITE: go-fuse has
-// one setting for both). go-fuse splices a reply
-// through one pipe that must hold its header, its data and a spare page,
-// and pipes are at most 1 MiB (fs.pipe-max-size) unless privileged.
+// one setting for both). go-fuse splices a reply through one pipe that
+// must hold its header, its data and a spare page, and it grows pipes to
+// at most fs.pipe-max-size (1 MiB by default).
 const MaxRead = chunkPipeSize - 2*4096
 
 // reorderWait is how long a READ that overtook an earlier one waits for
