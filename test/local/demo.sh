@@ -110,6 +110,21 @@ done
 
 # --- the demo -----------------------------------------------------------------
 step "a PVC (StorageClass objfuse-minio: a bucket per volume) and a pod using it"
+# The pod only once its PVC is bound: a pod created first is marked
+# unschedulable ("unbound immediate PersistentVolumeClaims"), and when the
+# bind lands before that, the scheduler only looks at it again after its
+# five-minute flush of unschedulable pods.
+k apply -f test/local/demo.yaml -l 'app!=objfuse-demo' >&2
+deadline=$(($(date +%s) + 120))
+until [ "$(k get pvc -n objfuse-demo demo-bucket -o 'jsonpath={.status.phase}' 2>/dev/null)" = Bound ]; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "the demo PVC was not bound:" >&2
+    k describe pvc -n objfuse-demo demo-bucket | sed -n '/^Events:/,$p' >&2
+    k logs -n objfuse-system deploy/objfuse-controller --all-containers --tail=30 >&2 || true
+    exit 1
+  fi
+  sleep 0.5
+done
 k apply -f test/local/demo.yaml >&2
 deadline=$(($(date +%s) + 180))
 until k logs -n objfuse-demo demo 2>/dev/null | grep -q '^demo: done'; do
