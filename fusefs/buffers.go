@@ -22,12 +22,26 @@ func (f *FS) partBuffers() *buffers {
 	return f.bufs
 }
 
+// tryReserve takes n bytes of the mount's memory limit if they are free
+// now, for a buffer or a readahead pipe; release gives them back.
+func (f *FS) tryReserve(n int64) bool {
+	if !f.memory.TryAcquire(n) {
+		return false
+	}
+	f.stats.BufferBytes.Add(n)
+	return true
+}
+
+func (f *FS) release(n int64) {
+	f.stats.BufferBytes.Add(-n)
+	f.memory.Release(n)
+}
+
 // tryGet returns a buffer if the memory limit allows one now.
 func (b *buffers) tryGet() *[]byte {
-	if !b.fsys.memory.TryAcquire(int64(b.fsys.opts.PartSize)) {
+	if !b.fsys.tryReserve(int64(b.fsys.opts.PartSize)) {
 		return nil
 	}
-	b.fsys.stats.BufferBytes.Add(int64(b.fsys.opts.PartSize))
 	return b.pool.Get().(*[]byte)
 }
 
@@ -47,6 +61,5 @@ func (b *buffers) put(p *[]byte) {
 		return
 	}
 	b.pool.Put(p)
-	b.fsys.stats.BufferBytes.Add(-int64(b.fsys.opts.PartSize))
-	b.fsys.memory.Release(int64(b.fsys.opts.PartSize))
+	b.fsys.release(int64(b.fsys.opts.PartSize))
 }

@@ -65,16 +65,27 @@ type chunkPipe struct {
 // newChunkPipe returns a pipe of chunkPipeSize, or an error when the
 // per-user pipe quota (or fs.pipe-max-size) does not allow one.
 func newChunkPipe(off int64) (*chunkPipe, error) {
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
-		return nil, fmt.Errorf("pipe: %w", err)
+	r, w, err := newPipe(chunkPipeSize, 0)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, chunkPipeSize); err != nil {
+	return &chunkPipe{r: r, w: w, head: off, filled: off, changed: make(chan struct{})}, nil
+}
+
+// newPipe returns a pipe of size bytes (its ends; flags for pipe2 besides
+// O_CLOEXEC), or an error when the per-user pipe quota (or
+// fs.pipe-max-size) does not allow one that size.
+func newPipe(size, flags int) (r, w int, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|flags); err != nil {
+		return -1, -1, fmt.Errorf("pipe: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, size); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return nil, fmt.Errorf("pipe of %d bytes: %w", chunkPipeSize, err)
+		return -1, -1, fmt.Errorf("pipe of %d bytes: %w", size, err)
 	}
-	return &chunkPipe{r: fds[0], w: fds[1], head: off, filled: off, changed: make(chan struct{})}, nil
+	return fds[0], fds[1], nil
 }
 
 func (p *chunkPipe) notifyLocked() {
@@ -268,18 +279,8 @@ type pipeReply struct {
 var _ fuse.ReadResult = (*pipeReply)(nil)
 
 func newPipeReply(dest []byte) *pipeReply {
-	reply := &pipeReply{r: -1, w: -1, size: len(dest), dest: dest, spilled: true}
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return reply
-	}
-	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, replySlots(len(dest))*4096); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
-		return reply
-	}
-	reply.r, reply.w, reply.spilled = fds[0], fds[1], false
-	return reply
+	r, w, err := newPipe(replySlots(len(dest))*4096, unix.O_NONBLOCK)
+	return &pipeReply{r: r, w: w, size: len(dest), dest: dest, spilled: err != nil}
 }
 
 // fuseHeaderSize is the reply header go-fuse puts before the data.

@@ -57,8 +57,7 @@ func (c *chunk) unref(f *FS) {
 		// pipe with EPIPE.
 		c.cancel()
 		unix.Close(c.pipe.r)
-		f.stats.BufferBytes.Add(-chunkPipeSize)
-		f.memory.Release(chunkPipeSize)
+		f.release(chunkPipeSize)
 		return
 	}
 	select {
@@ -245,17 +244,16 @@ func (r *reader) fill(key string, size, off int64) {
 		}
 		c := &chunk{off: start, n: n, done: make(chan struct{})}
 		if r.pipes() {
-			if !r.fsys.memory.TryAcquire(chunkPipeSize) {
+			if !r.fsys.tryReserve(chunkPipeSize) {
 				return
 			}
 			p, err := newChunkPipe(start)
 			if err != nil {
-				r.fsys.memory.Release(chunkPipeSize)
+				r.fsys.release(chunkPipeSize)
 				r.noPipes = true
 				r.dropAll()
 				return
 			}
-			r.fsys.stats.BufferBytes.Add(chunkPipeSize)
 			c.pipe = p
 		} else if c.buf = r.fsys.partBuffers().tryGet(); c.buf == nil {
 			return

@@ -27,8 +27,7 @@ import (
 // minio-go still builds, signs and retries every request; only the wire
 // exchange of the GET is ours.
 type rawGetTransport struct {
-	inner  *http.Transport
-	dialer net.Dialer
+	inner *http.Transport // also dials our connections
 
 	mu   sync.Mutex
 	idle map[string][]*rawConn // by host:port, most recently used last
@@ -43,16 +42,8 @@ const (
 	rawIdleTimeout = 20 * time.Second
 )
 
-// rawHeaderTimeout bounds the wait for a response's header, as the
-// inner transport's ResponseHeaderTimeout does.
-const rawHeaderTimeout = 2 * time.Minute
-
 func newRawGetTransport(inner *http.Transport) *rawGetTransport {
-	return &rawGetTransport{
-		inner:  inner,
-		dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
-		idle:   map[string][]*rawConn{},
-	}
+	return &rawGetTransport{inner: inner, idle: map[string][]*rawConn{}}
 }
 
 func (t *rawGetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -134,7 +125,7 @@ func (t *rawGetTransport) roundTripRaw(req *http.Request) (*http.Response, error
 		if err != nil {
 			return nil, err
 		}
-		resp, err := t.exchange(ctx, c, req)
+		resp, err := t.exchange(ctx, c, host, req)
 		if err != nil {
 			c.conn.Close()
 			// A kept connection the server closed after the check fails
@@ -173,7 +164,7 @@ func (t *rawGetTransport) get(ctx context.Context, host string) (*rawConn, bool,
 		}
 		c.conn.Close()
 	}
-	nc, err := t.dialer.DialContext(ctx, "tcp", host)
+	nc, err := t.inner.DialContext(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err
 	}
@@ -206,10 +197,11 @@ func (t *rawGetTransport) put(host string, c *rawConn) {
 // exchange writes req on c and reads the response header. A 2xx response
 // with a Content-Length gets a rawBody that can splice; anything else
 // keeps net/http's body reader and the connection is not reused.
-func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, req *http.Request) (*http.Response, error) {
+func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, host string, req *http.Request) (*http.Response, error) {
 	// Cancelling ctx fails the connection's reads and writes from now
 	// until the body is closed: a deadline in the past.
-	c.conn.SetDeadline(time.Now().Add(rawHeaderTimeout))
+	// The header is waited for as long as the inner transport would.
+	c.conn.SetDeadline(time.Now().Add(t.inner.ResponseHeaderTimeout))
 	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
 	if err := req.Write(c.conn); err != nil {
 		stop()
@@ -251,7 +243,7 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, req *http.Re
 		stop()
 		return nil, fmt.Errorf("GET %s: server sent more than its Content-Length", req.URL.Path)
 	}
-	resp.Body = &rawBody{t: t, host: canonicalHost(req.URL), c: c, lead: lead, left: resp.ContentLength - int64(len(lead)), ctx: ctx, stop: stop}
+	resp.Body = &rawBody{t: t, host: host, c: c, lead: lead, left: resp.ContentLength - int64(len(lead)), ctx: ctx, stop: stop}
 	return resp, nil
 }
 
