@@ -275,17 +275,8 @@ func run() (code int) {
 
 	cfg := fmt.Sprintf("MinIO %s on 127.0.0.1 (single drive), -size %s, -rounds %d, -files %d, -rand-reads %d, -stats %d, -ls %s",
 		minioVersion(), humanSize(e.size), *rounds, e.files, e.randReads, e.stats, *lsFlag)
-	for _, name := range []string{"objfuse", "objfuse-async"} {
-		if a := starts[name]; len(a) > 0 {
-			total, failed := 0, 0
-			for _, n := range a {
-				total += n
-				failed += n - 1
-			}
-			if failed > 0 {
-				notes = append(notes, fmt.Sprintf("%s: %d of %d objfuse-mount starts failed its start-up check with \"cannot reach S3 endpoint ...: context canceled\" on this non-empty bucket and were retried (a bug in s3store.Check)", name, failed, total))
-			}
-		}
+	if n := settleNote(); n != "" {
+		notes = append(notes, n)
 	}
 	printTable(os.Stdout, e, res, vs, cfg, notes)
 	printTargets(os.Stdout, e, res)

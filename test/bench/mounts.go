@@ -102,33 +102,6 @@ func (e *env) startMount(v *variant, cold bool, withMetrics bool) (*mount, error
 		e.proxy.pause(true)
 		defer e.proxy.pause(false)
 	}
-	for attempt := 1; ; attempt++ {
-		m, err := e.startMountOnce(v, cold, withMetrics)
-		if m != nil || !v.objfuse || attempt == maxStarts || !strings.Contains(err.Error(), "context canceled") {
-			if v.objfuse {
-				startsMu.Lock()
-				starts[v.name] = append(starts[v.name], attempt)
-				startsMu.Unlock()
-			}
-			return m, err
-		}
-		// objfuse-mount's start-up check (s3store.Check) cancels its own
-		// ListObjects after the first entry and then reports minio-go's
-		// "context canceled" for the follow-up page as an unreachable
-		// endpoint: on a non-empty bucket it fails at random. Retry, and
-		// count it (printed under the table).
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-const maxStarts = 400
-
-var (
-	startsMu sync.Mutex
-	starts   = map[string][]int{} // variant -> attempts each start took
-)
-
-func (e *env) startMountOnce(v *variant, cold bool, withMetrics bool) (*mount, error) {
 	cacheDir := filepath.Join(e.work, "cache-"+v.name)
 	if cold {
 		os.RemoveAll(cacheDir)
@@ -306,6 +279,14 @@ func dropCaches() {
 		dropWarned = true
 		fmt.Fprintf(os.Stderr, "bench: cannot drop caches (%v): cold rows are only cold for the daemons\n", err)
 	}
+	settle()
+}
+
+// quiet readies a warm measurement: dirty pages written back, then a
+// quiet machine.
+func quiet() {
+	exec.Command("sync").Run()
+	settle()
 }
 
 // cpuSeconds is a process's user plus system CPU time so far.

@@ -75,6 +75,7 @@ func (r *patternReader) ReadAt(p []byte, off int64) (int, error) {
 func (e *env) rawPut(round int) (map[string]float64, error) {
 	key := fmt.Sprintf("raw/put-r%d.bin", round)
 	defer e.client.RemoveObject(context.Background(), e.bucket, e.key(key), minio.RemoveObjectOptions{})
+	quiet()
 	cpu0 := selfCPU()
 	t0 := time.Now()
 	_, err := e.client.PutObject(context.Background(), e.bucket, e.key(key), &patternReader{pattern: e.pattern, size: e.size}, e.size, minio.PutObjectOptions{})
@@ -199,6 +200,7 @@ func (e *env) rawSmallPuts(round int) (map[string]float64, error) {
 		_, err := e.client.PutObject(context.Background(), e.bucket, e.key(fmt.Sprintf("%s%sf%05d", prefix, sub, i)), bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
 		return err
 	}
+	quiet()
 	t0 := time.Now()
 	for i := range e.files {
 		if err := put(i, ""); err != nil {
@@ -210,6 +212,7 @@ func (e *env) rawSmallPuts(round int) (map[string]float64, error) {
 	const parallel = 32
 	next := make(chan int)
 	errs := make(chan error, parallel)
+	quiet()
 	t0 = time.Now()
 	for range parallel {
 		go func() {

@@ -274,6 +274,7 @@ func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
 		return nil, err
 	}
 	body := e.pattern[:4096]
+	quiet()
 	t0 := time.Now()
 	for i := range e.files {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d", i)), body, 0o644); err != nil {
