@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/splice"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/objfuse/objfuse/fusefs/readcache"
 	"github.com/objfuse/objfuse/fusefs/store"
 )
 
@@ -32,6 +33,9 @@ type FS struct {
 
 	bufOnce sync.Once
 	bufs    *buffers
+
+	// cache holds ranges read at random; nil without Options.ReadCacheSize.
+	cache *readcache.Cache
 
 	// splicing: readahead chunks are pipes (pipes.go).
 	splicing    bool
@@ -56,6 +60,8 @@ type Stats struct {
 	// CopiedReplies are READs from pipes whose bytes came in too many
 	// pieces (small network packets) for a reply pipe, and were copied.
 	CopiedReplies atomic.Int64
+	// BytesFromCache were read from the read cache instead of S3.
+	BytesFromCache atomic.Int64
 	// BufferBytes is the memory held now in upload parts and readahead
 	// chunks (a gauge, bounded by Options.MemoryLimit).
 	BufferBytes atomic.Int64
@@ -73,11 +79,30 @@ func New(st store.Store, opts Options) (*FS, error) {
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true
 	}
+	if opts.ReadCacheSize > 0 {
+		c, err := readcache.New(opts.ReadCacheDir, opts.ReadCacheSize)
+		if err != nil {
+			return nil, err
+		}
+		f.cache = c
+	}
 	f.root = &dirNode{fsys: f}
 	f.root.attr = attrs{mode: syscall.S_IFDIR | uint32(opts.DirMode), uid: opts.UID, gid: opts.GID, mtime: f.mountTime}
 	f.root.hasMarker = true // the root never needs a marker to exist
 	return f, nil
 }
+
+// Close frees what the filesystem holds outside memory (the read
+// cache's files). Call it once the mount is gone.
+func (f *FS) Close() error {
+	if f.cache != nil {
+		return f.cache.Close()
+	}
+	return nil
+}
+
+// ReadCache is the read cache, or nil when there is none.
+func (f *FS) ReadCache() *readcache.Cache { return f.cache }
 
 // Root is the root directory node, for fs.Mount or fs.NewNodeFS.
 func (f *FS) Root() fs.InodeEmbedder { return f.root }

@@ -54,9 +54,10 @@ const benchFileSize = 64 << 20
 
 // dropPages forgets a file's pages in the kernel, so the next read goes
 // through FUSE to the filesystem again.
-func dropPages(b *testing.B, f *os.File) {
+func dropPages(tb testing.TB, f *os.File) {
+	tb.Helper()
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 

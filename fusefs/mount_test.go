@@ -90,6 +90,9 @@ func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, s
 		if err := srv.Unmount(); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
+		if err := f.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
 	})
 	return f, dir
 }

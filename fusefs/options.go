@@ -48,6 +48,12 @@ type Options struct {
 	// next close or fsync of that file and in a metric. For small-file
 	// workloads that accept that trade.
 	AsyncClose bool
+	// ReadCacheSize, when above zero, keeps ranges read at random (not
+	// sequential readahead) in local files under ReadCacheDir (default
+	// StagingDir), up to this many bytes, so that reading them again,
+	// after the kernel dropped its pages, costs no GET.
+	ReadCacheSize int64
+	ReadCacheDir  string
 	// NoSplice keeps readahead in buffers even when the store's bodies
 	// could splice into pipes (an escape hatch; splicing is cheaper).
 	NoSplice bool
@@ -80,6 +86,9 @@ func (o Options) WithDefaults() Options {
 	if o.StagingDir == "" {
 		o.StagingDir = os.TempDir()
 	}
+	if o.ReadCacheDir == "" {
+		o.ReadCacheDir = o.StagingDir
+	}
 	if o.StagingLimit == 0 {
 		o.StagingLimit = 10 << 30
 	}
@@ -111,6 +120,9 @@ func (o Options) Validate() error {
 	}
 	if o.FileMode&^os.ModePerm != 0 || o.DirMode&^os.ModePerm != 0 {
 		return fmt.Errorf("file and dir modes must be permission bits only")
+	}
+	if o.ReadCacheSize < 0 {
+		return fmt.Errorf("read cache size must not be negative")
 	}
 	if o.StatTTL < 0 || o.ListTTL < 0 {
 		return fmt.Errorf("cache TTLs must not be negative")

@@ -93,13 +93,13 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 		r.next, r.streak = end, 0
 		r.dropAll()
 		r.mu.Unlock()
-		return r.direct(ctx, key, dest, off)
+		return r.direct(ctx, key, etag, size, dest, off)
 	}
 	r.next = max(r.next, end)
 	r.streak++
 	if r.streak < 2 {
 		r.mu.Unlock()
-		return r.direct(ctx, key, dest, off)
+		return r.direct(ctx, key, etag, size, dest, off)
 	}
 	r.dropBefore(off - reorderSlack)
 	r.dropFailed()
@@ -329,9 +329,19 @@ func (r *reader) close() {
 	r.mu.Unlock()
 }
 
-func (r *reader) direct(ctx context.Context, key string, dest []byte, off int64) (fuse.ReadResult, int, error) {
+// direct answers a read that is not (yet) sequential with a GET of just
+// its range, or from the read cache, which keeps what such GETs bring.
+func (r *reader) direct(ctx context.Context, key, etag string, size int64, dest []byte, off int64) (fuse.ReadResult, int, error) {
+	c := r.fsys.cache
+	if c != nil && etag != "" && c.ReadAt(key, etag, size, dest, off) {
+		r.fsys.stats.BytesFromCache.Add(int64(len(dest)))
+		return sliceReply(dest), len(dest), nil
+	}
 	if err := r.fsys.getInto(ctx, key, dest, off); err != nil {
 		return nil, 0, err
+	}
+	if c != nil && etag != "" {
+		c.Store(key, etag, size, dest, off)
 	}
 	return sliceReply(dest), len(dest), nil
 }

@@ -1,0 +1,324 @@
+package readcache
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// content is a recognisable object body: every byte depends on its offset.
+func content(size int64) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i*7 + i/4096)
+	}
+	return b
+}
+
+func newCache(t *testing.T, limit int64) *Cache {
+	t.Helper()
+	c, err := New(t.TempDir(), limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestReadAtHitsWhatWasStored(t *testing.T) {
+	const size = 3*blockSize + 1000 // a short last page
+	obj := content(size)
+	tests := []struct {
+		name          string
+		storeOff      int64
+		storeLen      int
+		readOff       int64
+		readLen       int
+		wantHit       bool
+		wantCachedLen int64
+	}{
+		{"same page", 8192, 4096, 8192, 4096, true, 4096},
+		{"inside a stored range", 0, 64 << 10, 10000, 100, true, 64 << 10},
+		{"unaligned store keeps whole pages only", 100, 8192, 100, 100, false, 4096},
+		{"unaligned store serves its whole page", 100, 8192, 4096, 4096, true, 4096},
+		{"across a block boundary", blockSize - 8192, 16384, blockSize - 100, 200, true, 16384},
+		{"past the stored range", 0, 4096, 4000, 200, false, 4096},
+		{"the object's short last page", size - 1000, 1000, size - 500, 500, true, 4096},
+		{"last page not from its start", size - 500, 500, size - 500, 500, false, 0},
+		{"never stored", 0, 0, 0, 4096, false, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCache(t, 64<<20)
+			if tc.storeLen > 0 {
+				c.Store("k", "e1", size, obj[tc.storeOff:tc.storeOff+int64(tc.storeLen)], tc.storeOff)
+			}
+			if got := c.Stats().Bytes.Load(); got != tc.wantCachedLen {
+				t.Errorf("cached %d bytes, want %d", got, tc.wantCachedLen)
+			}
+			p := make([]byte, tc.readLen)
+			hit := c.ReadAt("k", "e1", size, p, tc.readOff)
+			if hit != tc.wantHit {
+				t.Fatalf("hit = %v, want %v", hit, tc.wantHit)
+			}
+			if hit && !bytes.Equal(p, obj[tc.readOff:tc.readOff+int64(tc.readLen)]) {
+				t.Fatal("wrong bytes")
+			}
+		})
+	}
+}
+
+func TestAnotherETagIsAMiss(t *testing.T) {
+	c := newCache(t, 8<<20)
+	obj := content(1 << 20)
+	c.Store("k", "old", 1<<20, obj[:65536], 0)
+	p := make([]byte, 4096)
+	if c.ReadAt("k", "new", 1<<20, p, 0) {
+		t.Fatal("a new version of the object was served the old one's bytes")
+	}
+	if c.ReadAt("other", "old", 1<<20, p, 0) {
+		t.Fatal("another key was served this one's bytes")
+	}
+	if !c.ReadAt("k", "old", 1<<20, p, 0) {
+		t.Fatal("the stored version missed")
+	}
+}
+
+// The cache stays within its limit by dropping the least recently used
+// blocks, and the disk gives the space back.
+func TestEvictionKeepsTheLimit(t *testing.T) {
+	const limit = 4 << 20
+	c := newCache(t, limit)
+	obj := content(16 << 20)
+	for i := int64(0); i < 16; i++ {
+		c.Store("k", "e", int64(len(obj)), obj[i<<20:(i+1)<<20], i<<20)
+		if i == 1 {
+			// Block 0 read again: it is recent, so block 1 goes first.
+			if !c.ReadAt("k", "e", int64(len(obj)), make([]byte, 4096), 0) {
+				t.Fatal("block 0 missed")
+			}
+		}
+		if got := c.Stats().Bytes.Load(); got > limit {
+			t.Fatalf("after block %d the cache holds %d bytes, over its %d limit", i, got, limit)
+		}
+	}
+	if c.Stats().Evictions.Load() != 12 {
+		t.Errorf("%d evictions, want 12", c.Stats().Evictions.Load())
+	}
+	p := make([]byte, 4096)
+	for i := int64(0); i < 16; i++ {
+		want := i >= 12
+		if got := c.ReadAt("k", "e", int64(len(obj)), p, i<<20); got != want {
+			t.Errorf("block %d: hit %v, want %v", i, got, want)
+		}
+	}
+	if du := diskUsage(t, c.Dir()); du > limit+blockSize {
+		t.Errorf("cache directory uses %d bytes of disk, limit %d", du, limit)
+	}
+}
+
+// An object whose blocks are all gone loses its file.
+func TestEvictedObjectsLoseTheirFiles(t *testing.T) {
+	c := newCache(t, 2<<20)
+	obj := content(1 << 20)
+	for i := range 10 {
+		c.Store(fmt.Sprint("k", i), "e", 1<<20, obj, 0)
+	}
+	files, err := os.ReadDir(c.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Errorf("%d files for a cache of two 1 MiB blocks", len(files))
+	}
+}
+
+// A block being read is never punched out under the read.
+func TestEvictionSkipsBlocksInUse(t *testing.T) {
+	c := newCache(t, 2<<20)
+	obj := content(1 << 20)
+	c.Store("busy", "e", 1<<20, obj, 0)
+	c.mu.Lock()
+	b := c.objects[id("busy", "e")].blocks[0]
+	b.refs++ // as ReadAt holds it during its pread
+	c.mu.Unlock()
+	for i := range 4 {
+		c.Store(fmt.Sprint("k", i), "e", 1<<20, obj, 0)
+	}
+	c.mu.Lock()
+	b.refs--
+	c.mu.Unlock()
+	p := make([]byte, 1<<20)
+	if !c.ReadAt("busy", "e", 1<<20, p, 0) || !bytes.Equal(p, obj) {
+		t.Fatal("the block in use was evicted")
+	}
+}
+
+// Concurrent readers and writers of overlapping ranges, under eviction
+// pressure, never see wrong bytes (run with -race).
+func TestConcurrentUseServesRightBytes(t *testing.T) {
+	const size = 8 << 20
+	c := newCache(t, 3<<20)
+	obj := content(size)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(g)))
+			p := make([]byte, 64<<10)
+			for range 2000 {
+				off := rng.Int63n(size-int64(len(p))) &^ (pageSize - 1)
+				n := 1 + rng.Intn(len(p))
+				if c.ReadAt("k", "e", size, p[:n], off) {
+					if !bytes.Equal(p[:n], obj[off:off+int64(n)]) {
+						errs <- fmt.Errorf("wrong bytes at %d+%d", off, n)
+						return
+					}
+					continue
+				}
+				c.Store("k", "e", size, obj[off:off+int64(n)], off)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c.Stats().Hits.Load() == 0 || c.Stats().Evictions.Load() == 0 {
+		t.Fatalf("hits %d, evictions %d: the test did not exercise both", c.Stats().Hits.Load(), c.Stats().Evictions.Load())
+	}
+	if got := c.Stats().Bytes.Load(); got > 3<<20 {
+		t.Errorf("cache holds %d bytes, limit %d", got, 3<<20)
+	}
+}
+
+// Keys become hashed file names: none can reach outside the directory.
+func TestKeysStayInsideTheDirectory(t *testing.T) {
+	c := newCache(t, 4<<20)
+	obj := content(8192)
+	for _, key := range []string{"../../etc/passwd", "/abs", "a/b/../../..", "\x00"} {
+		c.Store(key, "e", 8192, obj, 0)
+	}
+	files, err := os.ReadDir(c.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 4 {
+		t.Fatalf("%d files, want 4", len(files))
+	}
+	for _, f := range files {
+		if len(f.Name()) != 32 || f.IsDir() {
+			t.Errorf("unexpected entry %q", f.Name())
+		}
+	}
+}
+
+func TestCloseRemovesTheDirectory(t *testing.T) {
+	parent := t.TempDir()
+	c, err := New(parent, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Store("k", "e", 4096, content(4096), 0)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(parent, "*"))
+	if len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// A write that fails (here: a file the cache cannot write) leaves the
+// range uncached and the cache consistent.
+func TestFailedWriteIsAMissLater(t *testing.T) {
+	c := newCache(t, 4<<20)
+	obj := content(8192)
+	c.Store("k", "e", 8192, obj[:4096], 0)
+	c.mu.Lock()
+	o := c.objects[id("k", "e")]
+	ro, err := os.Open(o.f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.f.Close()
+	o.f = ro // read-only: the next write fails with EBADF
+	c.mu.Unlock()
+	c.Store("k", "e", 8192, obj[4096:], 4096)
+	if c.Stats().WriteErrors.Load() != 1 {
+		t.Fatalf("write errors %d, want 1", c.Stats().WriteErrors.Load())
+	}
+	p := make([]byte, 4096)
+	if c.ReadAt("k", "e", 8192, p, 4096) {
+		t.Fatal("a range that failed to write was served")
+	}
+	if !c.ReadAt("k", "e", 8192, p, 0) || !bytes.Equal(p, obj[:4096]) {
+		t.Fatal("the range written before was lost")
+	}
+}
+
+func TestNewRejectsTinyLimits(t *testing.T) {
+	if _, err := New(t.TempDir(), 4096); err == nil {
+		t.Fatal("a 4 KiB cache was accepted")
+	}
+}
+
+func diskUsage(t *testing.T, dir string) int64 {
+	t.Helper()
+	var total int64
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+			t.Fatal(err)
+		}
+		total += st.Blocks * 512
+	}
+	return total
+}
+
+// Directories of caches whose process is gone are removed by the next
+// New; a live cache's directory, and unrelated entries, are not.
+func TestNewRemovesDirectoriesOfDeadCaches(t *testing.T) {
+	parent := t.TempDir()
+	keep, err := New(parent, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	// pid_max is at most 4194304: no process has a pid above it.
+	dead := filepath.Join(parent, dirPrefix+"99999999-1")
+	sameDead := filepath.Join(parent, fmt.Sprintf("%s%d-crashed", dirPrefix, os.Getpid()))
+	other := filepath.Join(parent, "not-ours")
+	for _, d := range []string{dead, sameDead, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(parent, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, d := range []string{dead, sameDead} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s: still there (%v)", filepath.Base(d), err)
+		}
+	}
+	for _, d := range []string{other, keep.Dir(), c.Dir()} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s: %v", filepath.Base(d), err)
+		}
+	}
+}
