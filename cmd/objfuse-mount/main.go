@@ -99,6 +99,8 @@ Flags:
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", 10240, "bound on the staging directory's use, in MiB")
 	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
+	cacheMiB := fl.Int64("read-cache-mib", 0, "keep up to this many MiB of randomly read ranges in local files, so reading them again needs no GET (0: no cache)")
+	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this host:port")
@@ -145,6 +147,10 @@ Flags:
 	c.FS.PartSize = *partMiB << 20
 	c.FS.MemoryLimit = *memMiB << 20
 	c.FS.StagingLimit = *stagingMiB << 20
+	if *cacheMiB < 0 {
+		return nil, fmt.Errorf("--read-cache-mib %d: want 0 (no cache) or more", *cacheMiB)
+	}
+	c.FS.ReadCacheSize = *cacheMiB << 20
 	c.S3.PartSize = uint64(c.FS.PartSize)
 	c.S3.Concurrency = uint(c.FS.Concurrency)
 	if err := c.FS.WithDefaults().Validate(); err != nil {

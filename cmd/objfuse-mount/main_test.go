@@ -54,6 +54,7 @@ func TestBadInput(t *testing.T) {
 		{"missing mountpoint", []string{bucket}, 2, "want 2 arguments"},
 		{"bad file mode", []string{"--file-mode", "rw", bucket, mnt}, 2, "--file-mode"},
 		{"bad readahead", []string{"--readahead-kib", "0", bucket, mnt}, 2, "--readahead-kib"},
+		{"negative read cache", []string{"--read-cache-mib", "-1", bucket, mnt}, 2, "--read-cache-mib"},
 		{"small part size", []string{"--part-size-mib", "1", bucket, mnt}, 2, "below S3's 5 MiB minimum"},
 		{"mountpoint missing", []string{bucket, filepath.Join(mnt, "nope")}, 2, "no such file or directory"},
 		{"unknown access key", []string{"--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", wrong, bucket, mnt}, 1, "InvalidAccessKeyId"},
@@ -117,15 +118,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestMountAndSignal(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.Bucket()
-	mnt := t.TempDir()
+	mnt, cacheDir := t.TempDir(), t.TempDir()
 	cmd := exec.Command(binary, "--foreground", "--endpoint", srv.Endpoint, "--path-style",
-		"--credentials-dir", srv.CredsDir, "--readahead-kib", "2048", bucket+"/some/prefix", mnt)
+		"--credentials-dir", srv.CredsDir, "--readahead-kib", "2048",
+		"--read-cache-mib", "16", "--read-cache-dir", cacheDir, bucket+"/some/prefix", mnt)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	waitFor(t, "the mount", func() bool { return mounted(mnt) })
+	if entries, _ := os.ReadDir(cacheDir); len(entries) != 1 {
+		t.Fatalf("read cache directory holds %d entries, want the cache's own directory", len(entries))
+	}
 	// Linux gives every FUSE mount 128 KiB; objfuse-mount raises it.
 	waitFor(t, "readahead of 2048 KiB", func() bool {
 		kib, _ := handoff.Readahead(mnt)
@@ -146,6 +151,9 @@ func TestMountAndSignal(t *testing.T) {
 	f.Close()
 	if mounted(mnt) {
 		t.Fatal("still mounted after exit")
+	}
+	if entries, _ := os.ReadDir(cacheDir); len(entries) != 0 {
+		t.Fatalf("the read cache's files outlived the mount: %v", entries)
 	}
 	c := srv.Client()
 	for key, want := range map[string]string{"some/prefix/closed.txt": "closed", "some/prefix/open.txt": "still open at SIGTERM"} {

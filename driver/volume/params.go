@@ -37,6 +37,9 @@ const (
 	ParamPartSizeMiB    = "partSizeMiB"
 	ParamConcurrency    = "concurrency"
 	ParamMemoryLimitMiB = "memoryLimitMiB"
+	// ParamReadCacheMiB turns on the mounter's local cache of randomly
+	// read ranges, in its staging emptyDir (whose size limit must allow it).
+	ParamReadCacheMiB = "readCacheMiB"
 
 	// Mounter pod resources, overriding the driver's mounter template.
 	ParamMounterMemoryLimit = "mounterMemoryLimit"
@@ -80,6 +83,7 @@ type MountOptions struct {
 	PartSizeMiB       int
 	Concurrency       int
 	MemoryLimitMiB    int
+	ReadCacheMiB      int
 }
 
 // MounterResources override the mounter pod template's resources.
@@ -112,7 +116,7 @@ var known = map[string]bool{
 	ParamEndpoint: true, ParamRegion: true, ParamPathStyle: true, ParamBucket: true, ParamPrefix: true,
 	ParamUID: true, ParamGID: true, ParamFileMode: true, ParamDirMode: true, ParamStatTTL: true,
 	ParamListTTL: true, ParamAsyncClose: true, ParamPartSizeMiB: true, ParamConcurrency: true,
-	ParamMemoryLimitMiB: true, ParamMounterMemoryLimit: true, ParamMounterCPURequest: true,
+	ParamMemoryLimitMiB: true, ParamReadCacheMiB: true, ParamMounterMemoryLimit: true, ParamMounterCPURequest: true,
 }
 
 // KnownParams lists the parameters a StorageClass may set, for messages.
@@ -258,7 +262,7 @@ func parseMount(in map[string]string) (MountOptions, error) {
 		name     string
 		dst      *int
 		min, max int
-	}{{ParamPartSizeMiB, &m.PartSizeMiB, 5, 5120}, {ParamConcurrency, &m.Concurrency, 1, 64}, {ParamMemoryLimitMiB, &m.MemoryLimitMiB, 16, 65536}} {
+	}{{ParamPartSizeMiB, &m.PartSizeMiB, 5, 5120}, {ParamConcurrency, &m.Concurrency, 1, 64}, {ParamMemoryLimitMiB, &m.MemoryLimitMiB, 16, 65536}, {ParamReadCacheMiB, &m.ReadCacheMiB, 1, 1 << 20}} {
 		if v, ok := in[n.name]; ok {
 			i, err := strconv.Atoi(v)
 			if err != nil || i < n.min || i > n.max {
@@ -314,6 +318,9 @@ func (m MountOptions) Map() map[string]string {
 	}
 	if m.MemoryLimitMiB != 0 {
 		out[ParamMemoryLimitMiB] = strconv.Itoa(m.MemoryLimitMiB)
+	}
+	if m.ReadCacheMiB != 0 {
+		out[ParamReadCacheMiB] = strconv.Itoa(m.ReadCacheMiB)
 	}
 	return out
 }

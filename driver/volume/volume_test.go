@@ -72,6 +72,9 @@ func TestParseParams(t *testing.T) {
 		{"bad uid", map[string]string{"uid": "-1"}, "uid", ""},
 		{"bad quantity", map[string]string{"mounterMemoryLimit": "lots"}, "mounterMemoryLimit", ""},
 		{"concurrency too high", map[string]string{"concurrency": "1000"}, "concurrency", ""},
+		{"read cache", map[string]string{"readCacheMiB": "512"}, "", ""},
+		{"read cache zero", map[string]string{"readCacheMiB": "0"}, "readCacheMiB", ""},
+		{"read cache not a number", map[string]string{"readCacheMiB": "1Gi"}, "readCacheMiB", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,12 +111,12 @@ func TestIDRoundTrip(t *testing.T) {
 func TestContextRoundTrip(t *testing.T) {
 	uid := uint32(1000)
 	v := Volume{ID: ID{S3: S3{Endpoint: "http://m:9000", Region: "us-east-1", PathStyle: true}, Bucket: "shared", Prefix: "v/pvc-1/"},
-		Mount: MountOptions{UID: &uid, FileMode: "0640", AsyncClose: true}}
+		Mount: MountOptions{UID: &uid, FileMode: "0640", AsyncClose: true, ReadCacheMiB: 256}}
 	got, err := FromContext("anything", v.Context(), Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != v.ID || *got.Mount.UID != 1000 || got.Mount.FileMode != "0640" || !got.Mount.AsyncClose {
+	if got.ID != v.ID || *got.Mount.UID != 1000 || got.Mount.FileMode != "0640" || !got.Mount.AsyncClose || got.Mount.ReadCacheMiB != 256 {
 		t.Fatalf("round trip: %+v", got)
 	}
 	// What csi-provisioner adds to every volume context.

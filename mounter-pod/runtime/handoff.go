@@ -37,6 +37,7 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	// done exists from the start: the loop below selects on it before
 	// anything is served, and a nil channel there would never fire.
 	m := &mounter{cfg: cfg, fs: f, done: make(chan struct{})}
+	defer func() { m.current().Close() }()
 	if cfg.MetricsAddr != "" {
 		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
 		if err != nil {
@@ -57,7 +58,9 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 		case <-m.ended():
 			if m.wasReleased() {
 				// NodeUnstage: uploaded, then unmounted. Wait for the
-				// next NodeStage on this node, with a fresh filesystem.
+				// next NodeStage on this node, with a fresh filesystem
+				// (and read cache).
+				m.current().Close()
 				f, err := cfg.Open(ctx)
 				if err != nil {
 					writeTerminationLog(err)
@@ -115,6 +118,13 @@ func (m *mounter) reset(f *fusefs.FS) {
 	m.fs, m.srv, m.done, m.released = f, nil, make(chan struct{}), false
 }
 
+// current is the filesystem being served, or to be served next.
+func (m *mounter) current() *fusefs.FS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fs
+}
+
 func (m *mounter) isServing() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -131,10 +141,7 @@ func (m *mounter) ended() <-chan struct{} {
 func (m *mounter) flush() error {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	m.mu.Lock()
-	f := m.fs
-	m.mu.Unlock()
-	return f.Flush(ctx)
+	return m.current().Flush(ctx)
 }
 
 func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {

@@ -35,6 +35,16 @@ func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "objfuse", Name: "buffer_bytes", Help: "Memory held now in upload parts and readahead chunks (bounded by --memory-limit-mib).", ConstLabels: labels,
 	}, func() float64 { return float64(st.BufferBytes.Load()) }))
+	if c := f.ReadCache(); c != nil {
+		cs := c.Stats()
+		counter("read_cache_hits_total", "Random reads answered from the local read cache.", &cs.Hits)
+		counter("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", &cs.Misses)
+		counter("read_cache_evictions_total", "1 MiB blocks dropped from the read cache to stay within --read-cache-mib.", &cs.Evictions)
+		counter("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", &cs.WriteErrors)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "objfuse", Name: "read_cache_bytes", Help: "Bytes in the read cache now (bounded by --read-cache-mib).", ConstLabels: labels,
+		}, func() float64 { return float64(cs.Bytes.Load()) }))
+	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -27,6 +27,7 @@ func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(err
 		ready(err)
 		return err
 	}
+	defer f.Close()
 	srv, err := f.Mount(mountpoint, cfg.Source(), os.Geteuid() == 0)
 	if err != nil {
 		ready(err)

@@ -80,5 +80,9 @@ func (m Mounter) Args(socket, credentialsDir, stagingDir string) []string {
 	if o.MemoryLimitMiB != 0 {
 		args = append(args, fmt.Sprintf("--memory-limit-mib=%d", o.MemoryLimitMiB))
 	}
+	if o.ReadCacheMiB != 0 {
+		// In the staging emptyDir, the mounter's only writable disk.
+		args = append(args, fmt.Sprintf("--read-cache-mib=%d", o.ReadCacheMiB))
+	}
 	return append(args, v.Source())
 }

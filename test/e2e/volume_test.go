@@ -122,7 +122,8 @@ func TestStaticVolumeOnExistingBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	pvName := s.ns + "-static"
-	attrs := map[string]string{"bucket": bucket}
+	// With a read cache, in the mounter's staging emptyDir, as nobody.
+	attrs := map[string]string{"bucket": bucket, "readCacheMiB": "64"}
 	for k, v := range sc.Parameters {
 		if !strings.HasPrefix(k, "csi.storage.k8s.io/") {
 			attrs[k] = v
@@ -161,8 +162,10 @@ func TestStaticVolumeOnExistingBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.pod("reader", "static", "cat /data/existing.txt; sha256sum /data/big.bin | cut -d' ' -f1", podOpts{})
-	if out, want := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute), string(data)+bigSum+"\n"; out != want {
+	// A random read (cached by the mounter), then the whole file.
+	pageSum := fmt.Sprintf("%x", sha256.Sum256(big[1000*4096:1001*4096]))
+	s.pod("reader", "static", "cat /data/existing.txt; dd if=/data/big.bin bs=4096 skip=1000 count=1 2>/dev/null | sha256sum | cut -d' ' -f1; sha256sum /data/big.bin | cut -d' ' -f1", podOpts{})
+	if out, want := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute), string(data)+pageSum+"\n"+bigSum+"\n"; out != want {
 		t.Fatalf("pod read %q, want %q", out, want)
 	}
 }
