@@ -2,29 +2,14 @@ package fusefs_test
 
 import (
 	"bytes"
-	"context"
-	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs"
-	"github.com/objfuse/objfuse/fusefs/store"
 )
-
-// getCountingStore counts GETs.
-type getCountingStore struct {
-	store.Store
-	gets atomic.Int64
-}
-
-func (s *getCountingStore) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
-	s.gets.Add(1)
-	return s.Store.Get(ctx, key, off, length)
-}
 
 // Random reads read again after the kernel dropped its pages come from
 // the read cache, with no GET; the cache keeps to its size; an object
@@ -33,7 +18,7 @@ func TestReadCacheServesRandomRereads(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			const size, limit = 32 << 20, 2 << 20
-			st := &getCountingStore{Store: b.fresh(t)}
+			st := &fusefs.GetCounter{Store: b.fresh(t)}
 			data := randomBytes(size)
 			put(t, st, "obj", data)
 			const ttl = 50 * time.Millisecond
@@ -62,13 +47,13 @@ func TestReadCacheServesRandomRereads(t *testing.T) {
 				}
 			}
 			readAll(data)
-			if st.gets.Load() == 0 {
+			if st.Gets.Load() == 0 {
 				t.Fatal("the first reads sent no GET")
 			}
 			dropPages(t, f)
-			gets, fromCache := st.gets.Load(), fsys.Stats().BytesFromCache.Load()
+			gets, fromCache := st.Gets.Load(), fsys.Stats().BytesFromCache.Load()
 			readAll(data)
-			if n := st.gets.Load() - gets; n != 0 {
+			if n := st.Gets.Load() - gets; n != 0 {
 				t.Errorf("reads again sent %d GETs, want 0", n)
 			}
 			if fsys.Stats().BytesFromCache.Load() == fromCache {
@@ -119,7 +104,7 @@ func TestReadCacheServesRandomRereads(t *testing.T) {
 
 // Close removes the cache's files.
 func TestReadCacheDirectoryGoesWithTheFilesystem(t *testing.T) {
-	st := &getCountingStore{Store: backends()[0].fresh(t)}
+	st := &fusefs.GetCounter{Store: backends()[0].fresh(t)}
 	put(t, st, "obj", randomBytes(1<<20))
 	parent := t.TempDir()
 	fsys, err := fusefs.New(st, fusefs.Options{ReadCacheSize: 2 << 20, ReadCacheDir: parent})

@@ -17,14 +17,14 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 )
 
-// getCounter counts GETs.
-type getCounter struct {
+// GetCounter counts GETs (exported for the external tests too).
+type GetCounter struct {
 	store.Store
-	gets atomic.Int64
+	Gets atomic.Int64
 }
 
-func (s *getCounter) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
-	s.gets.Add(1)
+func (s *GetCounter) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	s.Gets.Add(1)
 	return s.Store.Get(ctx, key, off, length)
 }
 
@@ -53,7 +53,7 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 	}
 	gets := map[string]int64{}
 	for name, offsets := range map[string][]int64{"in order": inOrder, "swapped": swapped} {
-		st := &getCounter{Store: memstore.New()}
+		st := &GetCounter{Store: memstore.New()}
 		if _, err := st.Put(t.Context(), "f", bytes.NewReader(data), size, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := &reader{fsys: f}
-		st.gets.Store(0)
+		st.Gets.Store(0)
 		dest := make([]byte, block)
 		for _, off := range offsets {
 			res, n, err := r.read(t.Context(), "f", "etag", size, dest, off)
@@ -76,7 +76,7 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 			res.Done()
 		}
 		r.close()
-		gets[name] = st.gets.Load()
+		gets[name] = st.Gets.Load()
 	}
 	t.Logf("GETs for %d MiB: %v", size>>20, gets)
 	if gets["swapped"] > gets["in order"]+1 {
@@ -88,13 +88,13 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 // readahead in pipes; memstore's bodies cannot, so they are copied in.
 // The real splice from a socket is covered on MinIO by
 // TestReadaheadRepliesFromChunks.
-type splicingStore struct{ *getCounter }
+type splicingStore struct{ *GetCounter }
 
 func (splicingStore) Splices() bool { return true }
 
-func newPipeReader(t *testing.T, data []byte, wait time.Duration) (*reader, *getCounter) {
+func newPipeReader(t *testing.T, data []byte, wait time.Duration) (*reader, *GetCounter) {
 	t.Helper()
-	st := &getCounter{Store: memstore.New()}
+	st := &GetCounter{Store: memstore.New()}
 	if _, err := st.Put(t.Context(), "f", bytes.NewReader(data), int64(len(data)), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestReorderedReadsThroughPipes(t *testing.T) {
 	}
 	// 2 direct READs, then chunks of at most 1, 2, 4 and 5 MiB (the
 	// part size), each ending on a MiB boundary.
-	if gets, want := st.gets.Load(), int64(2+3+(size-7<<20)/(5<<20)+1); gets > want {
+	if gets, want := st.Gets.Load(), int64(2+3+(size-7<<20)/(5<<20)+1); gets > want {
 		t.Errorf("%d GETs for %d MiB, want at most %d: overtaken READs fell back to GETs", gets, size>>20, want)
 	}
 	if spliced := r.fsys.stats.BytesSpliced.Load(); spliced < last-2*block {
@@ -177,11 +177,11 @@ func TestSkippedRangeOfAPipeIsFetchedAgain(t *testing.T) {
 	if spliced := r.fsys.stats.BytesSpliced.Load(); spliced < 3*block {
 		t.Fatalf("%d bytes went through pipes, want at least %d", spliced, 3*block)
 	}
-	before := st.gets.Load()
+	before := st.Gets.Load()
 	if err := readAt(t, r, data, 2*block, block); err != nil {
 		t.Fatal(err)
 	}
-	if gets := st.gets.Load() - before; gets != 1 {
+	if gets := st.Gets.Load() - before; gets != 1 {
 		t.Errorf("the skipped range took %d GETs, want 1", gets)
 	}
 	if err := readAt(t, r, data, 4*block, block); err != nil {

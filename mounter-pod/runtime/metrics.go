@@ -23,6 +23,11 @@ func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
 			Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels,
 		}, func() float64 { return float64(v.Load()) }))
 	}
+	gauge := func(name, help string, v *atomic.Int64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels,
+		}, func() float64 { return float64(v.Load()) }))
+	}
 	counter("hidden_keys_total", "Keys that cannot be file names and are not shown.", &st.HiddenKeys)
 	counter("upload_errors_total", "Uploads that failed and were reported to the writer as EIO.", &st.UploadErrors)
 	counter("uploads_total", "Files uploaded.", &st.Uploads)
@@ -32,18 +37,14 @@ func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
 	counter("written_bytes_total", "Bytes written through the mount.", &st.BytesWritten)
 	counter("async_upload_errors_total", "Uploads after an asynchronous close that failed.", &st.AsyncUploadErrors)
 	counter("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", &st.PanicsRecovered)
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "objfuse", Name: "buffer_bytes", Help: "Memory held now in upload parts and readahead chunks (bounded by --memory-limit-mib).", ConstLabels: labels,
-	}, func() float64 { return float64(st.BufferBytes.Load()) }))
+	gauge("buffer_bytes", "Memory held now in upload parts and readahead chunks (bounded by --memory-limit-mib).", &st.BufferBytes)
 	if c := f.ReadCache(); c != nil {
 		cs := c.Stats()
 		counter("read_cache_hits_total", "Random reads answered from the local read cache.", &cs.Hits)
 		counter("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", &cs.Misses)
 		counter("read_cache_evictions_total", "1 MiB blocks dropped from the read cache to stay within --read-cache-mib.", &cs.Evictions)
 		counter("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", &cs.WriteErrors)
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "objfuse", Name: "read_cache_bytes", Help: "Bytes in the read cache now (bounded by --read-cache-mib).", ConstLabels: labels,
-		}, func() float64 { return float64(cs.Bytes.Load()) }))
+		gauge("read_cache_bytes", "Bytes in the read cache now (bounded by --read-cache-mib).", &cs.Bytes)
 	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	l, err := net.Listen("tcp", addr)

@@ -91,7 +91,7 @@ func run() (code int) {
 		randReads   = flag.Int("rand-reads", 200, "random 4 KiB reads after a cold mount")
 		stats       = flag.Int("stats", 100, "never-listed files the stat row stats")
 		lsFlag      = flag.String("ls", "1000,10000", "sizes of the directories `ls -l` lists")
-		only        = flag.String("fs", "objfuse,objfuse-async,s3fs,rclone-off,rclone-full", "filesystems to measure (raw minio-go always runs)")
+		only        = flag.String("fs", "objfuse,objfuse-async,objfuse-cache,s3fs,rclone-off,rclone-full", "filesystems to measure (raw minio-go always runs)")
 		rowsFlag    = flag.String("rows", strings.Join(rowOrder, ","), "rows to run")
 		objfuseBin  = flag.String("objfuse-bin", "", "prebuilt objfuse-mount (default: go build ./cmd/objfuse-mount)")
 		install     = flag.Bool("install", false, "apt-get install s3fs and rclone if missing")

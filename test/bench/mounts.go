@@ -33,6 +33,10 @@ type variant struct {
 
 func (v *variant) runs(row string) bool { return v.only == nil || v.only[row] }
 
+// readCacheFlag is the objfuse-cache variant's read cache: room for every
+// random read of the rand row.
+const readCacheFlag = "--read-cache-mib 1024"
+
 func variants(objfuseBin string) []*variant {
 	objfuseArgs := func(extra ...string) func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
 		return func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
@@ -66,6 +70,8 @@ func variants(objfuseBin string) []*variant {
 		{name: "objfuse", bin: objfuseBin, objfuse: true, args: objfuseArgs()},
 		{name: "objfuse-async", bin: objfuseBin, objfuse: true, args: objfuseArgs("--async-close"),
 			only: map[string]bool{"create": true}},
+		{name: "objfuse-cache", bin: objfuseBin, objfuse: true, args: objfuseArgs(strings.Fields(readCacheFlag)...),
+			only: map[string]bool{"rand": true}},
 		{name: "s3fs", bin: "s3fs", args: func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
 			return []string{e.source(":/"), mnt, "-f", "-o", "url=" + e.endpoint, "-o", "use_path_request_style",
 				"-o", "passwd_file=" + e.s3fsPasswd, "-o", "dbglevel=err"}
