@@ -39,7 +39,7 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	m := &mounter{cfg: cfg, fs: f, done: make(chan struct{})}
 	defer func() { m.current().Close() }()
 	if cfg.MetricsAddr != "" {
-		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
+		stop, err := serveMetrics(cfg.MetricsAddr, m.current, cfg.Source())
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}

@@ -11,40 +11,58 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/readcache"
 )
 
-// serveMetrics exposes the filesystem's counters at addr/metrics.
-func serveMetrics(addr string, f *fusefs.FS, source string) (func(), error) {
+// serveMetrics exposes the counters of the filesystem current returns at
+// addr/metrics. A mounter serves a new filesystem each time its volume is
+// staged again; the metrics follow it (its counters start again from 0,
+// as after a restart).
+func serveMetrics(addr string, current func() *fusefs.FS, source string) (func(), error) {
 	reg := prometheus.NewRegistry()
-	st := f.Stats()
 	labels := prometheus.Labels{"source": source}
-	counter := func(name, help string, v *atomic.Int64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels,
-		}, func() float64 { return float64(v.Load()) }))
+	register := func(name, help string, gauge bool, v func() *atomic.Int64) {
+		read := func() float64 {
+			if p := v(); p != nil {
+				return float64(p.Load())
+			}
+			return 0
+		}
+		if gauge {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels}, read))
+			return
+		}
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels}, read))
 	}
-	gauge := func(name, help string, v *atomic.Int64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "objfuse", Name: name, Help: help, ConstLabels: labels,
-		}, func() float64 { return float64(v.Load()) }))
+	fsStat := func(name, help string, gauge bool, field func(*fusefs.Stats) *atomic.Int64) {
+		register(name, help, gauge, func() *atomic.Int64 { return field(current().Stats()) })
 	}
-	counter("hidden_keys_total", "Keys that cannot be file names and are not shown.", &st.HiddenKeys)
-	counter("upload_errors_total", "Uploads that failed and were reported to the writer as EIO.", &st.UploadErrors)
-	counter("uploads_total", "Files uploaded.", &st.Uploads)
-	counter("read_bytes_total", "Bytes read from the store through the mount.", &st.BytesRead)
-	counter("read_spliced_bytes_total", "Bytes read ahead from the store through pipes, never copied through user space.", &st.BytesSpliced)
-	counter("read_copied_replies_total", "READs of spliced readahead answered by copying: the data came in too many small pieces for one pipe.", &st.CopiedReplies)
-	counter("written_bytes_total", "Bytes written through the mount.", &st.BytesWritten)
-	counter("async_upload_errors_total", "Uploads after an asynchronous close that failed.", &st.AsyncUploadErrors)
-	counter("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", &st.PanicsRecovered)
-	gauge("buffer_bytes", "Memory held now in upload parts and readahead chunks (bounded by --memory-limit-mib).", &st.BufferBytes)
-	if c := f.ReadCache(); c != nil {
-		cs := c.Stats()
-		counter("read_cache_hits_total", "Random reads answered from the local read cache.", &cs.Hits)
-		counter("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", &cs.Misses)
-		counter("read_cache_evictions_total", "1 MiB blocks dropped from the read cache to stay within --read-cache-mib.", &cs.Evictions)
-		counter("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", &cs.WriteErrors)
-		gauge("read_cache_bytes", "Bytes in the read cache now (bounded by --read-cache-mib).", &cs.Bytes)
+	cacheStat := func(name, help string, gauge bool, field func(*readcache.Stats) *atomic.Int64) {
+		register(name, help, gauge, func() *atomic.Int64 {
+			if c := current().ReadCache(); c != nil {
+				return field(c.Stats())
+			}
+			return nil
+		})
+	}
+	const counter, gauge = false, true
+	fsStat("hidden_keys_total", "Keys that cannot be file names and are not shown.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.HiddenKeys })
+	fsStat("upload_errors_total", "Uploads that failed and were reported to the writer as EIO.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.UploadErrors })
+	fsStat("uploads_total", "Files uploaded.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.Uploads })
+	fsStat("read_bytes_total", "Bytes read from the store through the mount.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.BytesRead })
+	fsStat("read_spliced_bytes_total", "Bytes read ahead from the store through pipes, never copied through user space.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.BytesSpliced })
+	fsStat("read_copied_replies_total", "READs of spliced readahead answered by copying: the data came in too many small pieces for one pipe.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.CopiedReplies })
+	fsStat("read_cache_served_bytes_total", "Bytes of random reads answered from the local read cache.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.BytesFromCache })
+	fsStat("written_bytes_total", "Bytes written through the mount.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.BytesWritten })
+	fsStat("async_upload_errors_total", "Uploads after an asynchronous close that failed.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.AsyncUploadErrors })
+	fsStat("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.PanicsRecovered })
+	fsStat("buffer_bytes", "Memory held now in upload parts and readahead chunks (bounded by --memory-limit-mib).", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.BufferBytes })
+	if current().ReadCache() != nil {
+		cacheStat("read_cache_hits_total", "Random reads answered from the local read cache.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Hits })
+		cacheStat("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Misses })
+		cacheStat("read_cache_evictions_total", "1 MiB blocks dropped from the read cache to stay within --read-cache-mib.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Evictions })
+		cacheStat("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.WriteErrors })
+		cacheStat("read_cache_bytes", "Bytes in the read cache now (bounded by --read-cache-mib).", gauge, func(s *readcache.Stats) *atomic.Int64 { return &s.Bytes })
 	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	l, err := net.Listen("tcp", addr)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/objfuse/objfuse/fusefs"
@@ -30,18 +31,12 @@ func TestMetricsNameTheReadCacheOnlyWhenThereIsOne(t *testing.T) {
 			}
 			defer f.Close()
 			addr := freeAddr(t)
-			stop, err := serveMetrics(addr, f, "objfuse:b/")
+			stop, err := serveMetrics(addr, func() *fusefs.FS { return f }, "objfuse:b/")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop()
-			resp, err := http.Get("http://" + addr + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			text := string(body)
+			text := scrape(t, addr)
 			for _, m := range []string{`objfuse_buffer_bytes{source="objfuse:b/"} 0`, "objfuse_uploads_total", "objfuse_read_spliced_bytes_total"} {
 				if !strings.Contains(text, m) {
 					t.Errorf("no %s in /metrics", m)
@@ -54,6 +49,47 @@ func TestMetricsNameTheReadCacheOnlyWhenThereIsOne(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A mounter staged again serves a new filesystem; its metrics follow.
+func TestMetricsFollowTheCurrentFilesystem(t *testing.T) {
+	var fss [2]*fusefs.FS
+	for i := range fss {
+		f, err := fusefs.New(memstore.New(), fusefs.Options{StagingDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fss[i] = f
+	}
+	fss[0].Stats().Uploads.Store(5)
+	fss[1].Stats().Uploads.Store(7)
+	var cur atomic.Int32
+	addr := freeAddr(t)
+	stop, err := serveMetrics(addr, func() *fusefs.FS { return fss[cur.Load()] }, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for i, want := range []string{`objfuse_uploads_total{source="s"} 5`, `objfuse_uploads_total{source="s"} 7`} {
+		cur.Store(int32(i))
+		if text := scrape(t, addr); !strings.Contains(text, want) {
+			t.Errorf("filesystem %d: no %q in /metrics", i, want)
+		}
+	}
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 // freeAddr is a loopback address with a port nobody listens on now.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
@@ -48,7 +49,7 @@ func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(err
 		}
 	}
 	if cfg.MetricsAddr != "" {
-		stop, err := serveMetrics(cfg.MetricsAddr, f, cfg.Source())
+		stop, err := serveMetrics(cfg.MetricsAddr, func() *fusefs.FS { return f }, cfg.Source())
 		if err != nil {
 			srv.Unmount()
 			ready(fmt.Errorf("metrics: %w", err))
