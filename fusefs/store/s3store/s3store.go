@@ -171,34 +171,6 @@ func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.Read
 	return body, nil
 }
 
-func (s *Store) putOptions(meta map[string]string) minio.PutObjectOptions {
-	opts := minio.PutObjectOptions{
-		UserMetadata: map[string]string{},
-		PartSize:     s.cfg.PartSize,
-		NumThreads:   s.cfg.Concurrency,
-		// A SHA-256 of every payload costs more CPU than the upload itself,
-		// on both ends; minio-go adds a CRC32C checksum instead, which the
-		// server verifies, so corruption is still caught.
-		DisableContentSha256: true,
-	}
-	for k, v := range meta {
-		if k == ContentTypeKey {
-			opts.ContentType = v
-			continue
-		}
-		opts.UserMetadata[k] = v
-	}
-	return opts
-}
-
-func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
-	info, err := s.client.PutObject(ctx, s.bucket, key, r, size, s.putOptions(meta))
-	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
-	}
-	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
-}
-
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
 		if errors.Is(mapErr(err), store.ErrNotExist) {

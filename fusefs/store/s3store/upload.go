@@ -3,8 +3,6 @@ package s3store
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"net/http"
@@ -15,8 +13,6 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs/store"
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type upload struct {
 	s    *Store
@@ -39,12 +35,9 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 }
 
 func (u *upload) PutPart(ctx context.Context, number int, data []byte) error {
-	// A CRC32C the server checks protects the part end to end for a
-	// fraction of the CPU a signed (SHA-256) payload would cost.
-	sum := crc32.Checksum(data, castagnoli)
-	crc := base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, sum))
+	crc := crc32cBase64(crc32.Checksum(data, castagnoli))
 	h := http.Header{}
-	h.Set("x-amz-checksum-crc32c", crc)
+	h.Set(checksumHeader, crc)
 	h.Set("x-amz-checksum-algorithm", "CRC32C")
 	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
 		bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})

@@ -1,0 +1,160 @@
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// Every byte objfuse uploads travels with a CRC32C of it that the server
+// checks, in this header, so a body corrupted on the way fails the upload
+// instead of being stored. Nothing else would catch it on plain HTTP: the
+// payload is unsigned (a SHA-256 of it costs more CPU than the upload, on
+// both ends), and minio-go adds a checksum of its own only with trailing
+// headers, which not every S3 server takes.
+const checksumHeader = "x-amz-checksum-crc32c"
+
+// abortTimeout bounds the abort of a failed multipart upload.
+const abortTimeout = time.Minute
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc32cBase64(sum uint32) string {
+	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, sum))
+}
+
+func (s *Store) putOptions(meta map[string]string) minio.PutObjectOptions {
+	opts := minio.PutObjectOptions{
+		UserMetadata:         map[string]string{},
+		PartSize:             s.cfg.PartSize,
+		NumThreads:           s.cfg.Concurrency,
+		DisableContentSha256: true,
+	}
+	for k, v := range meta {
+		if k == ContentTypeKey {
+			opts.ContentType = v
+			continue
+		}
+		opts.UserMetadata[k] = v
+	}
+	return opts
+}
+
+// Put stores size bytes of r as key: in one request when they fit in a
+// part, else as a multipart upload, each part with its own checksum.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	if size > int64(s.cfg.PartSize) {
+		return s.putParts(ctx, key, r, size, meta)
+	}
+	body, sum, err := checksummed(r, size)
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	opts := s.putOptions(meta)
+	// minio-go sends x-amz-* user metadata keys as headers of their own.
+	opts.UserMetadata[checksumHeader] = crc32cBase64(sum)
+	info, err := s.core.PutObject(ctx, s.bucket, key, body, size, "", "", opts)
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
+	}
+	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
+}
+
+// checksummed returns the CRC32C of size bytes of r and a reader of the
+// same bytes: r itself, rewound, when it can seek (the bytes in memory or
+// a local staging file are read twice rather than held twice), else a
+// copy in memory (at most a part).
+func checksummed(r io.Reader, size int64) (io.Reader, uint32, error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		start, err := rs.Seek(0, io.SeekCurrent)
+		if err == nil {
+			h := crc32.New(castagnoli)
+			if _, err := io.CopyN(h, rs, size); err != nil {
+				return nil, 0, fmt.Errorf("checksum the body: %w", err)
+			}
+			if _, err := rs.Seek(start, io.SeekStart); err != nil {
+				return nil, 0, fmt.Errorf("rewind the body: %w", err)
+			}
+			return rs, h.Sum32(), nil
+		}
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, 0, fmt.Errorf("read the body: %w", err)
+	}
+	return bytes.NewReader(data), crc32.Checksum(data, castagnoli), nil
+}
+
+// putParts uploads r as parts of PartSize, up to Concurrency at a time,
+// each read into one of Concurrency buffers while the others travel. The
+// upload is aborted on any failure: nothing of it stays in the bucket.
+func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	up, err := s.NewUpload(ctx, key, meta)
+	if err != nil {
+		return store.Object{}, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	partSize := int64(s.cfg.PartSize)
+	free := make(chan []byte, s.cfg.Concurrency)
+	for range s.cfg.Concurrency {
+		free <- nil // allocated on first use: small uploads need fewer
+	}
+	var wg sync.WaitGroup
+	var readErr error
+	for n, off := 1, int64(0); off < size; n, off = n+1, off+partSize {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		k := min(partSize, size-off)
+		if buf == nil {
+			buf = make([]byte, partSize)
+		}
+		if _, err := io.ReadFull(r, buf[:k]); err != nil {
+			readErr = fmt.Errorf("read part %d of %q: %w", n, key, err)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := up.PutPart(ctx, n, buf[:k]); err != nil {
+				cancel(err)
+			}
+			free <- buf
+		}()
+	}
+	wg.Wait()
+	err = readErr
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	if err == nil {
+		var o store.Object
+		if o, err = up.Complete(ctx); err == nil {
+			return o, nil
+		}
+	}
+	// A fresh context: the caller's may be what ended the upload.
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer acancel()
+	if aerr := up.Abort(actx); aerr != nil {
+		err = errors.Join(err, aerr)
+	}
+	return store.Object{}, err
+}

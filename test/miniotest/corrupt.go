@@ -1,0 +1,59 @@
+package miniotest
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"testing"
+
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+)
+
+// CorruptingFront starts a proxy in front of s that inverts one byte of
+// the body of every PUT longer than 100 bytes, as a faulty network or
+// middlebox would, and returns a configuration that reaches s through it
+// and the count of bodies it changed so far. The proxy keeps the Host
+// header the client signed, so only the payload differs.
+func (s *Server) CorruptingFront(t testing.TB) (s3store.Config, *atomic.Int32) {
+	t.Helper()
+	target, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changed atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	direct := proxy.Director
+	proxy.Director = func(r *http.Request) {
+		direct(r)
+		if r.Method == http.MethodPut && r.ContentLength > 100 {
+			r.Body = &flipByte{r: r.Body, at: 100}
+			changed.Add(1)
+		}
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	cfg := s.Config()
+	cfg.Endpoint = front.URL
+	return cfg, &changed
+}
+
+// flipByte inverts the byte at offset at of the body it reads.
+type flipByte struct {
+	r   io.ReadCloser
+	at  int64
+	pos int64
+}
+
+func (f *flipByte) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if f.at >= f.pos && f.at < f.pos+int64(n) {
+		p[f.at-f.pos] ^= 0xff
+	}
+	f.pos += int64(n)
+	return n, err
+}
+
+func (f *flipByte) Close() error { return f.r.Close() }
