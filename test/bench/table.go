@@ -69,6 +69,7 @@ func metrics(e *env) []metric {
 	for _, n := range e.lsSizes {
 		ms = append(ms,
 			metric{key: fmt.Sprintf("ls_cold_%d", n), row: "ls", name: fmt.Sprintf("`ls -l` of %d objects, cold, s", n), fmt: "%.3f", rawNote: "ListObjectsV2"},
+			metric{key: fmt.Sprintf("ls_cold_%d", n), rawKey: fmt.Sprintf("ls_meta_cold_%d", n), row: "ls", name: "  same, against a raw listing with metadata, as objfuse lists", fmt: "%.3f", rawNote: "ListObjectsV2 with MinIO's metadata=true"},
 			metric{key: fmt.Sprintf("ls_warm_%d", n), row: "ls", name: fmt.Sprintf("`ls -l` of %d objects, warm, s", n), fmt: "%.3f", rawNote: "ListObjectsV2"})
 	}
 	ms = append(ms,
