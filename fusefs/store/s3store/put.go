@@ -52,7 +52,8 @@ func (s *Store) putOptions(meta map[string]string) minio.PutObjectOptions {
 }
 
 // Put stores size bytes of r as key: in one request when they fit in a
-// part, else as a multipart upload, each part with its own checksum.
+// part, else as a multipart upload, each part with its own checksum. r
+// must be at its start (minio-go rewinds a body to 0 to retry it).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	if size > int64(s.cfg.PartSize) {
 		return s.putParts(ctx, key, r, size, meta)
@@ -96,23 +97,32 @@ func checksummed(r io.Reader, size int64) (io.Reader, uint32, error) {
 	return bytes.NewReader(data), crc32.Checksum(data, castagnoli), nil
 }
 
-// putParts uploads r as parts of PartSize, up to Concurrency at a time,
-// each read into one of Concurrency buffers while the others travel. The
-// upload is aborted on any failure: nothing of it stays in the bucket.
+// putParts uploads r as parts of PartSize, up to Concurrency at a time.
+// A file (an io.ReaderAt: the staging files) is sent straight from its
+// sections, read once for the checksum and once on the wire, so that a
+// large upload holds no memory: files are staged precisely when memory
+// is short. Any other reader is read into Concurrency part buffers in
+// turn. The upload is aborted on any failure: nothing of it stays.
 func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	partSize := int64(s.cfg.PartSize)
+	if parts := (size + partSize - 1) / partSize; parts > store.MaxParts {
+		return store.Object{}, fmt.Errorf("put %q: %d bytes need %d parts of %d, above S3's %d", key, size, parts, partSize, store.MaxParts)
+	}
 	up, err := s.NewUpload(ctx, key, meta)
 	if err != nil {
 		return store.Object{}, err
 	}
+	u := up.(*upload)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	partSize := int64(s.cfg.PartSize)
+	ra, isFile := r.(io.ReaderAt)
+	// free holds the slots of parts in flight; with a plain reader, each
+	// slot's buffer (allocated on first use: small uploads need fewer).
 	free := make(chan []byte, s.cfg.Concurrency)
 	for range s.cfg.Concurrency {
-		free <- nil // allocated on first use: small uploads need fewer
+		free <- nil
 	}
 	var wg sync.WaitGroup
-	var readErr error
 	for n, off := 1, int64(0); off < size; n, off = n+1, off+partSize {
 		var buf []byte
 		select {
@@ -123,27 +133,37 @@ func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int6
 			break
 		}
 		k := min(partSize, size-off)
-		if buf == nil {
-			buf = make([]byte, partSize)
-		}
-		if _, err := io.ReadFull(r, buf[:k]); err != nil {
-			readErr = fmt.Errorf("read part %d of %q: %w", n, key, err)
-			break
+		var body io.ReadSeeker
+		var sum uint32
+		if isFile {
+			sec := io.NewSectionReader(ra, off, k)
+			h := crc32.New(castagnoli)
+			if _, err := io.Copy(h, sec); err != nil {
+				cancel(fmt.Errorf("read part %d of %q: %w", n, key, err))
+				break
+			}
+			body, sum = io.NewSectionReader(ra, off, k), h.Sum32()
+		} else {
+			if buf == nil {
+				buf = make([]byte, partSize)
+			}
+			if _, err := io.ReadFull(r, buf[:k]); err != nil {
+				cancel(fmt.Errorf("read part %d of %q: %w", n, key, err))
+				break
+			}
+			body, sum = bytes.NewReader(buf[:k]), crc32.Checksum(buf[:k], castagnoli)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := up.PutPart(ctx, n, buf[:k]); err != nil {
+			if err := u.putPart(ctx, n, body, k, sum); err != nil {
 				cancel(err)
 			}
 			free <- buf
 		}()
 	}
 	wg.Wait()
-	err = readErr
-	if err == nil {
-		err = context.Cause(ctx)
-	}
+	err = context.Cause(ctx)
 	if err == nil {
 		var o store.Object
 		if o, err = up.Complete(ctx); err == nil {
@@ -156,5 +176,5 @@ func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int6
 	if aerr := up.Abort(actx); aerr != nil {
 		err = errors.Join(err, aerr)
 	}
-	return store.Object{}, err
+	return store.Object{}, fmt.Errorf("put %q: %w", key, err)
 }

@@ -3,6 +3,7 @@ package s3store_test
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/test/miniotest"
 )
@@ -110,4 +112,64 @@ func TestCorruptedBodyIsRefused(t *testing.T) {
 	for u := range srv.Client().ListIncompleteUploads(t.Context(), bucket, "", true) {
 		t.Errorf("multipart upload %s of %q left behind (err %v)", u.UploadID, u.Key, u.Err)
 	}
+}
+
+// A Put that cannot read its body, or whose size needs more parts than
+// S3 allows, fails with nothing left in the bucket: no object and no
+// incomplete upload.
+func TestPutFailsCleanly(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	cfg := srv.Config()
+	cfg.PartSize, cfg.Concurrency = testPartSize, 2
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 3*testPartSize)
+	rand.Read(data)
+	broken := errors.New("disk gone")
+	cases := []struct {
+		name string
+		r    io.Reader
+		size int64
+	}{
+		{"stream fails in the second part", io.MultiReader(bytes.NewReader(data[:testPartSize+10]), errReader{broken}), int64(len(data))},
+		{"file fails in the third part", &failingReaderAt{data: data, failFrom: 2*testPartSize + 1, err: broken}, int64(len(data))},
+		{"small body short", io.MultiReader(bytes.NewReader(data[:10])), 4096},
+		{"more parts than S3 allows", errReader{errors.New("read")}, int64(store.MaxParts+1) * testPartSize},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := st.Put(t.Context(), "obj", c.r, c.size, nil); err == nil {
+				t.Fatal("Put succeeded")
+			}
+			if _, err := srv.Client().StatObject(t.Context(), bucket, "obj", minio.StatObjectOptions{}); err == nil {
+				t.Error("an object was stored")
+			}
+			for u := range srv.Client().ListIncompleteUploads(t.Context(), bucket, "", true) {
+				t.Errorf("multipart upload %s of %q left behind (err %v)", u.UploadID, u.Key, u.Err)
+			}
+		})
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// failingReaderAt is a file whose bytes from failFrom on cannot be read.
+type failingReaderAt struct {
+	data     []byte
+	failFrom int64
+	err      error
+}
+
+func (f *failingReaderAt) Read([]byte) (int, error) { return 0, errors.New("read, not ReadAt") }
+
+func (f *failingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > f.failFrom {
+		return 0, f.err
+	}
+	return copy(p, f.data[off:]), nil
 }

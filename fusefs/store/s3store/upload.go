@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -35,12 +36,18 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 }
 
 func (u *upload) PutPart(ctx context.Context, number int, data []byte) error {
-	crc := crc32cBase64(crc32.Checksum(data, castagnoli))
+	return u.putPart(ctx, number, bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli))
+}
+
+// putPart sends size bytes of body, whose CRC32C is sum, as part number.
+// body must be at its start: minio-go rewinds it to 0 for a retry.
+func (u *upload) putPart(ctx context.Context, number int, body io.ReadSeeker, size int64, sum uint32) error {
+	crc := crc32cBase64(sum)
 	h := http.Header{}
 	h.Set(checksumHeader, crc)
 	h.Set("x-amz-checksum-algorithm", "CRC32C")
 	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
-		bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})
+		body, size, minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})
 	if err != nil {
 		return fmt.Errorf("upload part %d of %q: %w", number, u.key, mapErr(err))
 	}
