@@ -19,18 +19,25 @@ import (
 
 const testPartSize = 5 << 20 // S3's smallest part
 
+// partStore is a store of bucket with the smallest parts, two in flight,
+// so that tests cross part boundaries cheaply.
+func partStore(t *testing.T, cfg s3store.Config, bucket string) *s3store.Store {
+	t.Helper()
+	cfg.PartSize, cfg.Concurrency = testPartSize, 2
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // Put stores the same bytes whatever the size (one request up to a part,
 // parts above) and whatever the reader (in memory, a staging file, or a
 // stream that cannot seek), with its metadata.
 func TestPutStoresEveryReaderAndSize(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
-	cfg := srv.Config()
-	cfg.PartSize, cfg.Concurrency = testPartSize, 2
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := partStore(t, srv.Config(), bucket)
 	readers := map[string]func(t *testing.T, data []byte) io.Reader{
 		"memory": func(t *testing.T, data []byte) io.Reader { return bytes.NewReader(data) },
 		"file": func(t *testing.T, data []byte) io.Reader {
@@ -89,12 +96,8 @@ func TestCorruptedBodyIsRefused(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
 	cfg, corrupted := srv.CorruptingFront(t)
-	cfg.PartSize, cfg.Concurrency = testPartSize, 2
 	cfg.MaxRetries = 1
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := partStore(t, cfg, bucket)
 	for _, size := range []int{4096, 2*testPartSize + 7} {
 		data := make([]byte, size)
 		rand.Read(data)
@@ -120,12 +123,7 @@ func TestCorruptedBodyIsRefused(t *testing.T) {
 func TestPutFailsCleanly(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
-	cfg := srv.Config()
-	cfg.PartSize, cfg.Concurrency = testPartSize, 2
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := partStore(t, srv.Config(), bucket)
 	data := make([]byte, 3*testPartSize)
 	rand.Read(data)
 	broken := errors.New("disk gone")
