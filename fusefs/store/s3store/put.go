@@ -37,8 +37,6 @@ func crc32cBase64(sum uint32) string {
 func (s *Store) putOptions(meta map[string]string) minio.PutObjectOptions {
 	opts := minio.PutObjectOptions{
 		UserMetadata:         map[string]string{},
-		PartSize:             s.cfg.PartSize,
-		NumThreads:           s.cfg.Concurrency,
 		DisableContentSha256: true,
 	}
 	for k, v := range meta {
@@ -76,7 +74,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, me
 // same bytes: r itself, rewound, when it can seek (the bytes in memory or
 // a local staging file are read twice rather than held twice), else a
 // copy in memory (at most a part).
-func checksummed(r io.Reader, size int64) (io.Reader, uint32, error) {
+func checksummed(r io.Reader, size int64) (io.ReadSeeker, uint32, error) {
 	if rs, ok := r.(io.ReadSeeker); ok {
 		start, err := rs.Seek(0, io.SeekCurrent)
 		if err == nil {
@@ -100,9 +98,9 @@ func checksummed(r io.Reader, size int64) (io.Reader, uint32, error) {
 // putParts uploads r as parts of PartSize, up to Concurrency at a time.
 // A file (an io.ReaderAt: the staging files) is sent straight from its
 // sections, read once for the checksum and once on the wire, so that a
-// large upload holds no memory: files are staged precisely when memory
-// is short. Any other reader is read into Concurrency part buffers in
-// turn. The upload is aborted on any failure: nothing of it stays.
+// large upload holds no memory: files are staged precisely when memory is
+// short. Any other reader is read into Concurrency part buffers in turn.
+// The upload is aborted on any failure: nothing of it stays.
 func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	partSize := int64(s.cfg.PartSize)
 	if parts := (size + partSize - 1) / partSize; parts > store.MaxParts {
@@ -133,16 +131,9 @@ func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int6
 			break
 		}
 		k := min(partSize, size-off)
-		var body io.ReadSeeker
-		var sum uint32
+		var part io.Reader
 		if isFile {
-			sec := io.NewSectionReader(ra, off, k)
-			h := crc32.New(castagnoli)
-			if _, err := io.Copy(h, sec); err != nil {
-				cancel(fmt.Errorf("read part %d of %q: %w", n, key, err))
-				break
-			}
-			body, sum = io.NewSectionReader(ra, off, k), h.Sum32()
+			part = io.NewSectionReader(ra, off, k)
 		} else {
 			if buf == nil {
 				buf = make([]byte, partSize)
@@ -151,7 +142,12 @@ func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int6
 				cancel(fmt.Errorf("read part %d of %q: %w", n, key, err))
 				break
 			}
-			body, sum = bytes.NewReader(buf[:k]), crc32.Checksum(buf[:k], castagnoli)
+			part = bytes.NewReader(buf[:k])
+		}
+		body, sum, err := checksummed(part, k)
+		if err != nil {
+			cancel(fmt.Errorf("part %d of %q: %w", n, key, err))
+			break
 		}
 		wg.Add(1)
 		go func() {
