@@ -61,6 +61,7 @@ func TestBadInput(t *testing.T) {
 		{"wrong secret", []string{"--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", badSecret, bucket, mnt}, 1, "SignatureDoesNotMatch"},
 		{"missing credentials dir", []string{"--endpoint", srv.Endpoint, "--credentials-dir", filepath.Join(wrong, "nope"), bucket, mnt}, 1, "credentials"},
 		{"unknown bucket", []string{"--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir, "no-such-bucket", mnt}, 1, `bucket "no-such-bucket" does not exist`},
+		{"bad bucket name", []string{"--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir, "b1", mnt}, 1, `bucket name "b1" is not valid: Bucket name cannot be shorter than 3 characters`},
 		{"unreachable endpoint", []string{"--endpoint", "http://127.0.0.1:1", "--credentials-dir", srv.CredsDir, bucket, mnt}, 1, "cannot reach S3 endpoint"},
 		{"bad endpoint", []string{"--endpoint", "ftp://x", "--credentials-dir", srv.CredsDir, bucket, mnt}, 1, "scheme must be http or https"},
 	}

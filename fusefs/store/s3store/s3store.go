@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 
 	"github.com/objfuse/objfuse/fusefs/store"
 )
@@ -65,6 +66,11 @@ func (s *Store) Bucket() string { return s.bucket }
 // Check verifies in one request that the endpoint answers, the credentials
 // are accepted and the bucket exists, and explains what is wrong if not.
 func (s *Store) Check(ctx context.Context) error {
+	// minio-go refuses some names without sending a request, with a bare
+	// error that would read as an unreachable endpoint.
+	if err := s3utils.CheckValidBucketName(s.bucket); err != nil {
+		return fmt.Errorf("bucket name %q is not valid: %v: %w", s.bucket, err, store.ErrInvalid)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
@@ -89,6 +95,8 @@ func (s *Store) explain(err error) error {
 	ep := s.client.EndpointURL().String()
 	resp := minio.ToErrorResponse(err)
 	switch {
+	case resp.Code == "InvalidBucketName":
+		return fmt.Errorf("bucket name %q is not valid: %s: %w", s.bucket, resp.Message, store.ErrInvalid)
 	case resp.Code == "NoSuchBucket":
 		return fmt.Errorf("bucket %q does not exist at %s: %w", s.bucket, ep, store.ErrNoBucket)
 	case resp.Code == "InvalidAccessKeyId":
