@@ -51,6 +51,9 @@ func (c Config) Source() string {
 // Open checks the endpoint, credentials and bucket and builds the
 // filesystem. Its error is one line a user can act on.
 func (c Config) Open(ctx context.Context) (*fusefs.FS, error) {
+	if c.S3.Observe == nil {
+		c.S3.Observe = observeRequest
+	}
 	st, err := s3store.New(c.S3, c.Bucket)
 	if err != nil {
 		return nil, err

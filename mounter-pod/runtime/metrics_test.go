@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
+	"github.com/objfuse/objfuse/test/miniotest"
 )
 
 // The metrics port shows the filesystem's counters and, only when there
@@ -101,4 +103,27 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// A mount's S3 requests show on its metrics port by operation and status:
+// Open's start-up check is one listing of the real bucket (no other test
+// here sends a LIST).
+func TestMetricsTimeTheRequestsOfAnOpenedMount(t *testing.T) {
+	srv := miniotest.Start(t)
+	cfg := Config{Bucket: srv.NewBucket(t), S3: srv.Config(), FS: fusefs.Options{StagingDir: t.TempDir()}}
+	f, err := cfg.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	addr := freeAddr(t)
+	stop, err := serveMetrics(addr, func() *fusefs.FS { return f }, "objfuse:b/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	want := `objfuse_s3_request_duration_seconds_count{op="LIST",source="objfuse:b/",status="2xx"}`
+	if text := scrape(t, addr); !strings.Contains(text, want) {
+		t.Errorf("no %s in /metrics:\n%s", want, text)
+	}
 }

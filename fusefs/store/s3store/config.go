@@ -42,6 +42,8 @@ type Config struct {
 	PartSize uint64
 	// Concurrency is how many parts Put uploads in parallel.
 	Concurrency uint
+	// Observe, when set, is told of every request (metrics).
+	Observe RequestObserver
 }
 
 // NewClient builds a minio-go client for cfg.
@@ -70,6 +72,9 @@ func newClient(cfg Config) (*minio.Client, *rawGetTransport, error) {
 	if !secure && !proxied(tr, host) {
 		raw = newRawGetTransport(tr)
 		rt = raw
+	}
+	if cfg.Observe != nil {
+		rt = observed{inner: rt, observe: cfg.Observe}
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {

@@ -1,0 +1,67 @@
+package s3store
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// RequestObserver is told of every HTTP request the store sends: its
+// operation (see Operation), how long until the response's headers came
+// (a body streams on after that), and its status: "2xx" … "5xx",
+// "canceled" when its caller stopped waiting (an interrupted system call,
+// a listing read no further), or "failed" when no response came.
+// Retries are requests of their own.
+type RequestObserver func(op, status string, took time.Duration)
+
+// observed times each request of inner for a RequestObserver.
+type observed struct {
+	inner   http.RoundTripper
+	observe RequestObserver
+}
+
+func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := o.inner.RoundTrip(req)
+	var status string
+	switch {
+	case err == nil:
+		status = strconv.Itoa(resp.StatusCode/100) + "xx"
+	case req.Context().Err() != nil:
+		status = "canceled"
+	default:
+		status = "failed"
+	}
+	o.observe(Operation(req), status, time.Since(start))
+	return resp, err
+}
+
+// CloseIdleConnections reaches the inner transport, so that the client's
+// own CloseIdleConnections still works through the wrapper.
+func (o observed) CloseIdleConnections() {
+	if c, ok := o.inner.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// Operation names what an S3 request does, in a few values fit for a
+// metric label: LIST, GET, HEAD, PUT, UPLOAD_PART, DELETE, POST (starting
+// or completing a multipart upload, deleting many keys), else the method.
+func Operation(req *http.Request) string {
+	q := req.URL.Query()
+	switch req.Method {
+	case http.MethodGet:
+		if q.Has("list-type") || q.Has("prefix") || q.Has("delimiter") {
+			return "LIST"
+		}
+		return "GET"
+	case http.MethodPut:
+		if q.Has("partNumber") {
+			return "UPLOAD_PART"
+		}
+		return "PUT"
+	case http.MethodHead, http.MethodDelete, http.MethodPost:
+		return req.Method
+	}
+	return "OTHER"
+}
