@@ -89,11 +89,15 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// Profiles on the same (local) port: performance is measured, and a
-	// slow mount in production is profiled where it runs.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/heap", pprof.Index)
+	if loopback(l.Addr()) {
+		// Profiles only on a port no other host can reach (a mount by
+		// hand, the benchmark): a slow mount is profiled where it runs,
+		// but a mounter pod's metrics port, open to the cluster network,
+		// must not let any pod make it spend CPU on profiles.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/heap", pprof.Index)
+	}
 	srv := &http.Server{Handler: mux}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -101,4 +105,11 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 		}
 	}()
 	return func() { srv.Close() }, nil
+}
+
+// loopback reports whether a listener's address is reachable only from
+// this host.
+func loopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

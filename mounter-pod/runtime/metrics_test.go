@@ -127,3 +127,45 @@ func TestMetricsTimeTheRequestsOfAnOpenedMount(t *testing.T) {
 		t.Errorf("no %s in /metrics:\n%s", want, text)
 	}
 }
+
+// Profiles are served only on a loopback metrics address: a mounter pod's
+// port is open to the cluster network.
+func TestProfilesOnlyOnLoopback(t *testing.T) {
+	f, err := fusefs.New(memstore.New(), fusefs.Options{StagingDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tests := []struct {
+		name   string
+		listen func(port string) string
+		want   int
+	}{
+		{"loopback", func(port string) string { return "127.0.0.1:" + port }, http.StatusOK},
+		{"every interface", func(port string) string { return ":" + port }, http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, port, err := net.SplitHostPort(freeAddr(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop, err := serveMetrics(tc.listen(port), func() *fusefs.FS { return f }, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			resp, err := http.Get("http://127.0.0.1:" + port + "/debug/pprof/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("/debug/pprof/ answered %d, want %d", resp.StatusCode, tc.want)
+			}
+			if text := scrape(t, "127.0.0.1:"+port); !strings.Contains(text, "objfuse_uploads_total") {
+				t.Errorf("no metrics")
+			}
+		})
+	}
+}

@@ -28,6 +28,11 @@ const (
 // MounterUID is the unprivileged user the mounter runs as ("nobody").
 const MounterUID = 65534
 
+// MetricsPort is where a mounter pod serves Prometheus /metrics (upload
+// errors, S3 request latencies), on its pod IP. Mounters on the host
+// network serve none: one fixed port would clash between them.
+const MetricsPort = 9810
+
 // Template is the driver's mounter pod configuration (mounter.yaml).
 type Template struct {
 	Image             string                      `json:"image"`
@@ -96,6 +101,17 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 	if grace == nil {
 		grace = ptr.To[int64](60)
 	}
+	args := m.Args(SocketPath, CredentialsDir, StagingDir)
+	annotations := map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)}
+	var ports []corev1.ContainerPort
+	if !t.HostNetwork {
+		// Flags go before the source, the last argument.
+		last := len(args) - 1
+		args = append(args[:last:last], fmt.Sprintf("--metrics-addr=:%d", MetricsPort), args[last])
+		ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
+		annotations["prometheus.io/scrape"] = "true"
+		annotations["prometheus.io/port"] = strconv.Itoa(MetricsPort)
+	}
 	staging := &corev1.EmptyDirVolumeSource{}
 	if t.StagingSizeLimit != "" {
 		q := resource.MustParse(t.StagingSizeLimit)
@@ -110,7 +126,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 			Name:        m.PodName(),
 			Namespace:   namespace,
 			Labels:      labels,
-			Annotations: map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)},
+			Annotations: annotations,
 		},
 		Spec: corev1.PodSpec{
 			NodeSelector:      map[string]string{corev1.LabelHostname: hostname},
@@ -135,7 +151,8 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 				Image:           t.Image,
 				ImagePullPolicy: pull,
 				Command:         []string{"/objfuse-mount"},
-				Args:            m.Args(SocketPath, CredentialsDir, StagingDir),
+				Args:            args,
+				Ports:           ports,
 				Env:             env,
 				Resources:       res,
 				// No liveness probe: restarting a mounter breaks its mounts.
