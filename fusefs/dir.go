@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"syscall"
 	"time"
@@ -29,7 +30,14 @@ type dirNode struct {
 	shadowed map[string]bool
 	// relisting is closed when the listing relist runs ends.
 	relisting chan struct{}
+	// missStreak counts the lookups in a row that asked the store by name
+	// and found nothing (see expectNewName).
+	missStreak int
 }
+
+// newNameStreak is how many lookups by name in a row must find nothing
+// before the next is taken for a new name too.
+const newNameStreak = 3
 
 var (
 	_ fs.NodeLookuper       = (*dirNode)(nil)
@@ -128,7 +136,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
-		r, err := n.fsys.resolve(ctx, n.key()+name, !n.knownDirectory(name))
+		headFirst := !n.knownDirectory(name) && !n.expectNewName()
+		r, err := n.fsys.resolve(ctx, n.key()+name, headFirst)
+		n.noteLookupByName(err)
 		if err != nil {
 			return nil, errno(err)
 		}
@@ -136,6 +146,30 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	ch := n.childFor(ctx, e)
 	return ch, fillEntry(ctx, ch, out)
+}
+
+// expectNewName reports whether the last lookups by name in this
+// directory all found nothing: files are being created in a directory too
+// large to relist (or never listed), one lookup each. A HEAD that would
+// find nothing and then a LIST for a directory are two round trips per
+// create; asked at once, one. Should the name exist after all, it costs
+// one LIST more than a HEAD alone and ends the streak.
+func (n *dirNode) expectNewName() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.missStreak >= newNameStreak
+}
+
+// noteLookupByName keeps the streak of lookups by name that found nothing.
+func (n *dirNode) noteLookupByName(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case errors.Is(err, store.ErrNotExist):
+		n.missStreak++
+	case err == nil:
+		n.missStreak = 0
+	}
 }
 
 // knownDirectory reports a name this mount has seen as a directory: its

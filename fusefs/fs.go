@@ -200,7 +200,8 @@ type resolved struct {
 // With headFirst, a HEAD that finds the object settles it: a stat of a
 // file costs one request. Only when there is no such object does a one-key
 // LIST look for a directory. Without headFirst (a name known to be a
-// directory, or a change that must be sure) both are asked at once, and
+// directory, a name likely new, or a change that must be sure) both are
+// asked at once, and
 // when both a file and a directory exist under one name the directory wins
 // and the file is hidden: it holds more, and a name can only be one thing.
 // Listings apply the same rule, so a name a listing showed as a directory

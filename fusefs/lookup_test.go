@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -268,5 +270,107 @@ func TestInterruptedLookupKeepsRelisting(t *testing.T) {
 	}
 	if h, l := st.heads.Load(), st.lists.Load(); h != 0 || l > 1 {
 		t.Fatalf("after an interrupted lookup, 5 misses sent %d HEADs and %d LISTs; want them answered from one listing", h, l)
+	}
+}
+
+// overlapStore tells whether a HEAD of a name under gatePrefix and the
+// LIST for a directory of that name were asked at once, in either order:
+// while gated, such a HEAD waits (at most a second) for its LIST, which
+// asked one after the other comes only after the HEAD's answer.
+type overlapStore struct {
+	countingStore
+	gated    atomic.Bool
+	mu       sync.Mutex
+	waiting  map[string]chan struct{} // HEADs waiting for their LIST
+	listed   map[string]bool          // LISTs that came before their HEAD
+	overlaps atomic.Int64
+}
+
+func (s *overlapStore) Head(ctx context.Context, key string) (store.Object, error) {
+	if s.gated.Load() && strings.HasPrefix(key, s.gatePrefix) {
+		s.mu.Lock()
+		if s.listed[key] {
+			s.overlaps.Add(1)
+			s.mu.Unlock()
+		} else {
+			listed := make(chan struct{})
+			s.waiting[key] = listed
+			s.mu.Unlock()
+			select {
+			case <-listed:
+			case <-time.After(time.Second): // asked one after the other
+				s.mu.Lock()
+				delete(s.waiting, key)
+				s.mu.Unlock()
+			}
+		}
+	}
+	return s.countingStore.Head(ctx, key)
+}
+
+func (s *overlapStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	name := strings.TrimSuffix(prefix, "/")
+	if s.gated.Load() && strings.HasPrefix(name, s.gatePrefix) {
+		s.mu.Lock()
+		if listed, ok := s.waiting[name]; ok {
+			s.overlaps.Add(1)
+			close(listed)
+			delete(s.waiting, name)
+		} else {
+			s.listed[name] = true
+		}
+		s.mu.Unlock()
+	}
+	return s.countingStore.List(ctx, prefix, startAfter, recursive)
+}
+
+// Creating files in a directory that is not relisted (never listed here,
+// or too large) asks for each new name's file and directory at once after
+// a few lookups found nothing, saving a round trip per create; a stat of
+// an existing file ends that and is one HEAD again.
+func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
+	mem := memstore.New()
+	put(t, mem, "big/x", []byte("x"))
+	put(t, mem, "big/y", []byte("y"))
+	st := &overlapStore{countingStore: countingStore{Store: mem, gatePrefix: "big/n"}, waiting: map[string]chan struct{}{}, listed: map[string]bool{}}
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	big := filepath.Join(dir, "big")
+	if _, err := os.Stat(big); err != nil { // looked up, never listed
+		t.Fatal(err)
+	}
+	create := func(i int) {
+		if err := os.WriteFile(filepath.Join(big, fmt.Sprintf("n%03d", i)), []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 { // the streak that makes names count as new
+		create(i)
+	}
+	st.gated.Store(true)
+	const creates = 10
+	for i := 3; i < 3+creates; i++ {
+		create(i)
+	}
+	if got := st.overlaps.Load(); got < creates {
+		t.Fatalf("%d of %d creates asked for file and directory at once", got, creates)
+	}
+
+	// A name that exists ends the streak (its lookup may cost a LIST too);
+	// the next stat of a file is one HEAD.
+	if _, err := os.Stat(filepath.Join(big, "x")); err != nil {
+		t.Fatal(err)
+	}
+	st.heads.Store(0)
+	st.lists.Store(0)
+	if _, err := os.Stat(filepath.Join(big, "y")); err != nil {
+		t.Fatal(err)
+	}
+	if h, l := st.heads.Load(), st.lists.Load(); h != 1 || l != 0 {
+		t.Fatalf("stat of an existing file after the creates sent %d HEADs and %d LISTs, want 1 and 0", h, l)
+	}
+	for i := range 3 + creates {
+		if got := string(readFile(t, filepath.Join(big, fmt.Sprintf("n%03d", i)))); got != "new" {
+			t.Fatalf("n%03d reads %q", i, got)
+		}
 	}
 }

@@ -21,7 +21,7 @@ import (
 var s3Requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Namespace: "objfuse",
 	Name:      "s3_request_duration_seconds",
-	Help:      "S3 requests by operation and status class (failed: no response), timed until the response headers came.",
+	Help:      "S3 requests by operation and status (2xx to 5xx; canceled: the caller stopped waiting; failed: no response), timed until the response headers came.",
 	// 250 µs (a HEAD on a local server) to 33 s (a part on a slow link).
 	Buckets: prometheus.ExponentialBuckets(0.00025, 2, 18),
 }, []string{"op", "status"})
