@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -296,17 +297,13 @@ func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
 	quiet()
 	t0 := time.Now()
 	for i := range e.files {
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d", i)), body, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, createName(i)), body, 0o644); err != nil {
 			return nil, fmt.Errorf("create: %w (%s)", err, tail(m.stderr.String()))
 		}
 	}
 	closed := time.Since(t0)
-	deadline := time.Now().Add(5 * time.Minute)
-	for e.countFiles(prefix) < e.files {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("only %d of %d files listed after 5 min", e.countFiles(prefix), e.files)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := e.waitListed(prefix, e.files, time.Now().Add(5*time.Minute)); err != nil {
+		return nil, err
 	}
 	d := time.Since(t0)
 	return map[string]float64{
@@ -315,14 +312,42 @@ func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
 	}, nil
 }
 
-func (e *env) countFiles(prefix string) int {
-	n := 0
-	for o := range e.client.ListObjects(context.Background(), e.bucket, minio.ListObjectsOptions{Prefix: e.key(prefix), Recursive: true}) {
-		if o.Err == nil && !strings.HasSuffix(o.Key, "/") && o.Size == 4096 {
-			n++
+// createName is the create row's i-th file: names sort as they are made.
+func createName(i int) string { return fmt.Sprintf("f%05d", i) }
+
+// waitListed waits until the create row's n files under prefix are all
+// listed in full. Each poll lists only past the files already seen from the
+// first on: listing all of them every 50 ms would take MinIO's CPU from
+// the uploads still running after an asynchronous close, slowing what it
+// measures.
+func (e *env) waitListed(prefix string, n int, deadline time.Time) error {
+	seen := make([]bool, n)
+	next := 0 // files before next are all listed
+	for {
+		opts := minio.ListObjectsOptions{Prefix: e.key(prefix), Recursive: true}
+		if next > 0 {
+			opts.StartAfter = e.key(prefix + createName(next-1))
 		}
+		for o := range e.client.ListObjects(context.Background(), e.bucket, opts) {
+			var i int
+			if o.Err != nil || o.Size != 4096 {
+				continue
+			}
+			if _, err := fmt.Sscanf(path.Base(o.Key), "f%05d", &i); err == nil && i < n {
+				seen[i] = true
+			}
+		}
+		for next < n && seen[next] {
+			next++
+		}
+		if next == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 5 min, only the first %d of %d files are listed", next, n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return n
 }
 
 func (e *env) removePrefix(prefix string) {
