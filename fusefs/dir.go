@@ -136,8 +136,14 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
-		headFirst := !n.knownDirectory(name) && !n.expectNewName()
-		r, err := n.fsys.resolve(ctx, n.key()+name, headFirst)
+		how := fileFirst
+		switch {
+		case n.knownDirectory(name):
+			how = directoryWins
+		case n.expectNewName():
+			how = fileFirstAtOnce
+		}
+		r, err := n.fsys.resolve(ctx, n.key()+name, how)
 		n.noteLookupByName(err)
 		if err != nil {
 			return nil, errno(err)
@@ -152,8 +158,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // directory all found nothing: files are being created in a directory too
 // large to relist (or never listed), one lookup each. A HEAD that would
 // find nothing and then a LIST for a directory are two round trips per
-// create; asked at once, one. Should the name exist after all, it costs
-// one LIST more than a HEAD alone and ends the streak.
+// create; asked at once (fileFirstAtOnce, same answer), one. Should the
+// name exist after all, it costs one LIST more than a HEAD alone and ends
+// the streak.
 func (n *dirNode) expectNewName() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

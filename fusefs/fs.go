@@ -194,20 +194,31 @@ type resolved struct {
 	obj   store.Object // the file, or the directory's marker (Key empty if none)
 }
 
+// ask is how resolve asks the store about a name.
+type ask int
+
+const (
+	// fileFirst: a HEAD that finds the object settles it, so that a stat
+	// of a file costs one request. Only when there is no such object does
+	// a one-key LIST look for a directory.
+	fileFirst ask = iota
+	// fileFirstAtOnce gives fileFirst's answer, with both requests sent at
+	// once: for a name likely new, whose HEAD will find nothing, it saves
+	// a round trip.
+	fileFirstAtOnce
+	// directoryWins sends both at once, and when both a file and a
+	// directory exist under one name the directory wins and the file is
+	// hidden: it holds more, and a name can only be one thing. Listings
+	// apply the same rule, so a name a listing showed as a directory
+	// stays one. For a name known to be a directory, or a change that
+	// must be sure.
+	directoryWins
+)
+
 // resolve finds out what key is: a directory (a marker "key/" or any key
 // below "key/"), a file or symlink (an object "key"), or nothing.
-//
-// With headFirst, a HEAD that finds the object settles it: a stat of a
-// file costs one request. Only when there is no such object does a one-key
-// LIST look for a directory. Without headFirst (a name known to be a
-// directory, a name likely new, or a change that must be sure) both are
-// asked at once, and
-// when both a file and a directory exist under one name the directory wins
-// and the file is hidden: it holds more, and a name can only be one thing.
-// Listings apply the same rule, so a name a listing showed as a directory
-// stays one.
-func (f *FS) resolve(ctx context.Context, key string, headFirst bool) (resolved, error) {
-	if headFirst {
+func (f *FS) resolve(ctx context.Context, key string, how ask) (resolved, error) {
+	if how == fileFirst {
 		head, err := f.store.Head(ctx, key)
 		if err == nil {
 			return resolved{obj: head}, nil
@@ -236,6 +247,14 @@ func (f *FS) resolve(ctx context.Context, key string, headFirst bool) (resolved,
 	}()
 	first, found, listErr := f.first(ctx, key+"/")
 	wg.Wait()
+	if how == fileFirstAtOnce && !errors.Is(headErr, store.ErrNotExist) {
+		// The HEAD settles it, as with fileFirst: the object, or its
+		// error, whatever the listing said.
+		if headErr != nil {
+			return resolved{}, headErr
+		}
+		return resolved{obj: head}, nil
+	}
 	if listErr != nil {
 		return resolved{}, listErr
 	}

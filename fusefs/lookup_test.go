@@ -283,14 +283,14 @@ type overlapStore struct {
 	mu       sync.Mutex
 	waiting  map[string]chan struct{} // HEADs waiting for their LIST
 	listed   map[string]bool          // LISTs that came before their HEAD
-	overlaps atomic.Int64
+	overlaps map[string]bool          // names asked both ways at once
 }
 
 func (s *overlapStore) Head(ctx context.Context, key string) (store.Object, error) {
 	if s.gated.Load() && strings.HasPrefix(key, s.gatePrefix) {
 		s.mu.Lock()
 		if s.listed[key] {
-			s.overlaps.Add(1)
+			s.overlaps[key] = true
 			s.mu.Unlock()
 		} else {
 			listed := make(chan struct{})
@@ -313,7 +313,7 @@ func (s *overlapStore) List(ctx context.Context, prefix, startAfter string, recu
 	if s.gated.Load() && strings.HasPrefix(name, s.gatePrefix) {
 		s.mu.Lock()
 		if listed, ok := s.waiting[name]; ok {
-			s.overlaps.Add(1)
+			s.overlaps[name] = true
 			close(listed)
 			delete(s.waiting, name)
 		} else {
@@ -326,40 +326,51 @@ func (s *overlapStore) List(ctx context.Context, prefix, startAfter string, recu
 
 // Creating files in a directory that is not relisted (never listed here,
 // or too large) asks for each new name's file and directory at once after
-// a few lookups found nothing, saving a round trip per create; a stat of
-// an existing file ends that and is one HEAD again.
+// a few lookups found nothing, saving a round trip per create. The answers
+// stay those of a HEAD first: a name that is both a file and a directory
+// is the file. A name found ends the streak, and a stat of a file is one
+// HEAD again.
 func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
 	mem := memstore.New()
-	put(t, mem, "big/x", []byte("x"))
 	put(t, mem, "big/y", []byte("y"))
-	st := &overlapStore{countingStore: countingStore{Store: mem, gatePrefix: "big/n"}, waiting: map[string]chan struct{}{}, listed: map[string]bool{}}
+	put(t, mem, "big/nz", []byte("file nz"))
+	put(t, mem, "big/nz/w", []byte("under nz/"))
+	st := &overlapStore{countingStore: countingStore{Store: mem, gatePrefix: "big/n"},
+		waiting: map[string]chan struct{}{}, listed: map[string]bool{}, overlaps: map[string]bool{}}
 	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
 	big := filepath.Join(dir, "big")
 	if _, err := os.Stat(big); err != nil { // looked up, never listed
 		t.Fatal(err)
 	}
+	name := func(i int) string { return fmt.Sprintf("n%03d", i) }
 	create := func(i int) {
-		if err := os.WriteFile(filepath.Join(big, fmt.Sprintf("n%03d", i)), []byte("new"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(big, name(i)), []byte("new"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range 3 { // the streak that makes names count as new
+	for i := range fusefs.NewNameStreak { // the streak that makes names count as new
 		create(i)
 	}
 	st.gated.Store(true)
 	const creates = 10
-	for i := 3; i < 3+creates; i++ {
+	for i := fusefs.NewNameStreak; i < fusefs.NewNameStreak+creates; i++ {
 		create(i)
 	}
-	if got := st.overlaps.Load(); got < creates {
-		t.Fatalf("%d of %d creates asked for file and directory at once", got, creates)
+	st.mu.Lock()
+	for i := fusefs.NewNameStreak; i < fusefs.NewNameStreak+creates; i++ {
+		if !st.overlaps["big/"+name(i)] {
+			t.Errorf("the lookup of %s asked for file and directory one after the other", name(i))
+		}
 	}
+	st.mu.Unlock()
 
-	// A name that exists ends the streak (its lookup may cost a LIST too);
-	// the next stat of a file is one HEAD.
-	if _, err := os.Stat(filepath.Join(big, "x")); err != nil {
-		t.Fatal(err)
+	// Still in the streak: nz is a file and a directory; the file wins,
+	// as it does for a HEAD first.
+	fi, err := os.Stat(filepath.Join(big, "nz"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("nz after the creates: %v, %v; want the file", fi, err)
 	}
+	st.gated.Store(false)
 	st.heads.Store(0)
 	st.lists.Store(0)
 	if _, err := os.Stat(filepath.Join(big, "y")); err != nil {
@@ -368,9 +379,9 @@ func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
 	if h, l := st.heads.Load(), st.lists.Load(); h != 1 || l != 0 {
 		t.Fatalf("stat of an existing file after the creates sent %d HEADs and %d LISTs, want 1 and 0", h, l)
 	}
-	for i := range 3 + creates {
-		if got := string(readFile(t, filepath.Join(big, fmt.Sprintf("n%03d", i)))); got != "new" {
-			t.Fatalf("n%03d reads %q", i, got)
+	for i := range fusefs.NewNameStreak + creates {
+		if got := string(readFile(t, filepath.Join(big, name(i)))); got != "new" {
+			t.Fatalf("%s reads %q", name(i), got)
 		}
 	}
 }

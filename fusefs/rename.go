@@ -98,7 +98,7 @@ func (n *dirNode) kindOf(ctx context.Context, name string) (resolved, error) {
 			return resolved{}, nil
 		}
 	}
-	return n.fsys.resolve(ctx, n.key()+name, false)
+	return n.fsys.resolve(ctx, n.key()+name, directoryWins)
 }
 
 // isEmptyDir reports whether nothing but a marker lies under prefix.

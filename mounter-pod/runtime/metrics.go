@@ -21,9 +21,10 @@ import (
 var s3Requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Namespace: "objfuse",
 	Name:      "s3_request_duration_seconds",
-	Help:      "S3 requests by operation and status (2xx to 5xx; canceled: the caller stopped waiting; failed: no response), timed until the response headers came.",
-	// 250 µs (a HEAD on a local server) to 33 s (a part on a slow link).
-	Buckets: prometheus.ExponentialBuckets(0.00025, 2, 18),
+	Help:      "S3 requests by operation and status (2xx to 5xx; canceled: the caller stopped waiting; timeout: objfuse's deadline passed; failed: no response), timed until the response headers came.",
+	// 500 µs (a HEAD on a local server) to 12 s (a part on a slow link),
+	// few enough for a series set per mounter pod.
+	Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
 }, []string{"op", "status"})
 
 // observeRequest is the s3store.RequestObserver of every mount.
@@ -88,7 +89,10 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// A mounter pod's port is open to the cluster network: a few scrapes
+	// at once, and no connection held open for long, so that no client
+	// can take the daemon's file descriptors or memory.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4}))
 	if loopback(l.Addr()) {
 		// Profiles only on a port no other host can reach (a mount by
 		// hand, the benchmark): a slow mount is profiled where it runs,
@@ -98,7 +102,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/heap", pprof.Index)
 	}
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			_ = err

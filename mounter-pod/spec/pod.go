@@ -29,8 +29,9 @@ const (
 const MounterUID = 65534
 
 // MetricsPort is where a mounter pod serves Prometheus /metrics (upload
-// errors, S3 request latencies), on its pod IP. Mounters on the host
-// network serve none: one fixed port would clash between them.
+// errors, S3 request latencies), on its pod IP, unless the template says
+// NoMetrics. Mounters on the host network serve none: one fixed port
+// would clash between them.
 const MetricsPort = 9810
 
 // Template is the driver's mounter pod configuration (mounter.yaml).
@@ -44,6 +45,8 @@ type Template struct {
 	// HostNetwork lets mounters reach an S3 endpoint only the host can
 	// (a cluster without kube-proxy, or S3 on a node-local address).
 	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// NoMetrics turns the mounters' metrics port (MetricsPort) off.
+	NoMetrics bool `json:"noMetrics,omitempty"`
 	// StagingSizeLimit bounds the emptyDir for randomly written files.
 	StagingSizeLimit string `json:"stagingSizeLimit,omitempty"`
 	// TerminationGracePeriodSeconds is how long a mounter may drain.
@@ -104,7 +107,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 	args := m.Args(SocketPath, CredentialsDir, StagingDir)
 	annotations := map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)}
 	var ports []corev1.ContainerPort
-	if !t.HostNetwork {
+	if !t.HostNetwork && !t.NoMetrics {
 		// Flags go before the source, the last argument.
 		last := len(args) - 1
 		args = append(args[:last:last], fmt.Sprintf("--metrics-addr=:%d", MetricsPort), args[last])

@@ -9,24 +9,25 @@ import (
 )
 
 // A mounter on the pod network serves metrics on its pod IP, announced to
-// Prometheus; one on the host network serves none (a fixed port would
-// clash between mounters). The flag must come before the source, where
+// Prometheus, unless the template turns them off; one on the host network
+// serves none (a fixed port would clash between mounters). The flag must come before the source, where
 // objfuse-mount still reads flags.
 func TestMounterPodMetrics(t *testing.T) {
 	m := spec.Mounter{VolumeID: "v", NodeID: "n", Volume: volume.Volume{
 		ID: volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1"}, Bucket: "bucket-1"},
 	}}
 	tests := []struct {
-		name        string
-		hostNetwork bool
-		want        bool
+		name     string
+		template spec.Template
+		want     bool
 	}{
-		{"pod network", false, true},
-		{"host network", true, false},
+		{"pod network", spec.Template{Image: "i"}, true},
+		{"host network", spec.Template{Image: "i", HostNetwork: true}, false},
+		{"turned off", spec.Template{Image: "i", NoMetrics: true}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pod, err := spec.Template{Image: "i", HostNetwork: tc.hostNetwork}.Pod(m, "ns", "host")
+			pod, err := tc.template.Pod(m, "ns", "host")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -113,6 +113,11 @@ func run() (code int) {
 		fmt.Fprintf(os.Stderr, "bench: -size %q: want at least 16MiB (%v)\n", *sizeFlag, err)
 		return 2
 	}
+	if *files < 1 || *files > 99999 {
+		// Names are f%05d: past that they stop sorting as they are made.
+		fmt.Fprintf(os.Stderr, "bench: -files %d: want 1 to 99999\n", *files)
+		return 2
+	}
 	e := &env{prefix: strings.Trim(*prefix, "/"), size: size, files: *files, randReads: *randReads, stats: *stats}
 	for _, s := range strings.Split(*lsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

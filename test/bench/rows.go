@@ -316,10 +316,10 @@ func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
 func createName(i int) string { return fmt.Sprintf("f%05d", i) }
 
 // waitListed waits until the create row's n files under prefix are all
-// listed in full. Each poll lists only past the files already seen from the
-// first on: listing all of them every 50 ms would take MinIO's CPU from
-// the uploads still running after an asynchronous close, slowing what it
-// measures.
+// listed in full. Each poll lists only past the longest run of files seen
+// from the first on: listing all of them every 50 ms would take MinIO's
+// CPU from the uploads still running after an asynchronous close, slowing
+// what it measures.
 func (e *env) waitListed(prefix string, n int, deadline time.Time) error {
 	seen := make([]bool, n)
 	next := 0 // files before next are all listed

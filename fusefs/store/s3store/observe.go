@@ -1,6 +1,8 @@
 package s3store
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,8 +12,9 @@ import (
 // operation (see Operation), how long until the response's headers came
 // (a body streams on after that), and its status: "2xx" … "5xx",
 // "canceled" when its caller stopped waiting (an interrupted system call,
-// a listing read no further), or "failed" when no response came.
-// Retries are requests of their own.
+// a listing read no further), "timeout" when objfuse's own deadline for
+// it passed, or "failed" when no response came otherwise. Retries are
+// requests of their own.
 type RequestObserver func(op, status string, took time.Duration)
 
 // observed times each request of inner for a RequestObserver.
@@ -27,8 +30,11 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case err == nil:
 		status = strconv.Itoa(resp.StatusCode/100) + "xx"
-	case req.Context().Err() != nil:
+	case errors.Is(req.Context().Err(), context.Canceled):
 		status = "canceled"
+	case errors.Is(req.Context().Err(), context.DeadlineExceeded):
+		// A hung endpoint: the case the metric is for.
+		status = "timeout"
 	default:
 		status = "failed"
 	}

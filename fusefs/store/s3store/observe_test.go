@@ -132,7 +132,8 @@ func TestObserverSeesEveryRequest(t *testing.T) {
 }
 
 // A request that gets no answer is "failed"; one its caller gave up on
-// while waiting is "canceled", not a fault of the endpoint.
+// while waiting is "canceled", not a fault of the endpoint; one whose
+// deadline passed while the server sat on it is "timeout".
 func TestObserverTellsFailedFromCanceled(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -143,14 +144,20 @@ func TestObserverTellsFailedFromCanceled(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 
+	const (
+		none = iota
+		cancel
+		deadline
+	)
 	tests := []struct {
 		name     string
 		endpoint string
-		cancel   bool
+		stop     int
 		want     string
 	}{
-		{"nothing listening", closed.URL, false, "HEAD failed"},
-		{"caller gave up", hang.URL, true, "HEAD canceled"},
+		{"nothing listening", closed.URL, none, "HEAD failed"},
+		{"caller gave up", hang.URL, cancel, "HEAD canceled"},
+		{"deadline passed", hang.URL, deadline, "HEAD timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,13 +168,19 @@ func TestObserverTellsFailedFromCanceled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tc.cancel {
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			switch tc.stop {
+			case cancel:
 				go func() {
 					<-arrived
-					cancel()
+					stop()
 				}()
+			case deadline:
+				// Long enough to be sent, while the server sits on it.
+				var expire context.CancelFunc
+				ctx, expire = context.WithTimeout(ctx, time.Second)
+				defer expire()
 			}
 			if _, err := st.Head(ctx, "k"); err == nil {
 				t.Fatal("HEAD succeeded")
