@@ -32,13 +32,7 @@ func TestMetricsNameTheReadCacheOnlyWhenThereIsOne(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			addr := freeAddr(t)
-			stop, err := serveMetrics(addr, func() *fusefs.FS { return f }, "objfuse:b/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stop()
-			text := scrape(t, addr)
+			text := scrape(t, serveMetricsOf(t, f))
 			for _, m := range []string{`objfuse_buffer_bytes{source="objfuse:b/"} 0`, "objfuse_uploads_total", "objfuse_read_spliced_bytes_total"} {
 				if !strings.Contains(text, m) {
 					t.Errorf("no %s in /metrics", m)
@@ -80,6 +74,19 @@ func TestMetricsFollowTheCurrentFilesystem(t *testing.T) {
 	}
 }
 
+// serveMetricsOf serves f's metrics, as of a mount of "objfuse:b/", on a
+// free loopback address until the test ends, and returns the address.
+func serveMetricsOf(t *testing.T, f *fusefs.FS) string {
+	t.Helper()
+	addr := freeAddr(t)
+	stop, err := serveMetrics(addr, func() *fusefs.FS { return f }, "objfuse:b/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
+}
+
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -116,14 +123,8 @@ func TestMetricsTimeTheRequestsOfAnOpenedMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	addr := freeAddr(t)
-	stop, err := serveMetrics(addr, func() *fusefs.FS { return f }, "objfuse:b/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
 	want := `objfuse_s3_request_duration_seconds_count{op="LIST",source="objfuse:b/",status="2xx"}`
-	if text := scrape(t, addr); !strings.Contains(text, want) {
+	if text := scrape(t, serveMetricsOf(t, f)); !strings.Contains(text, want) {
 		t.Errorf("no %s in /metrics:\n%s", want, text)
 	}
 }
