@@ -52,7 +52,7 @@ func (o observed) CloseIdleConnections() {
 
 // Operation names what an S3 request does, in a few values fit for a
 // metric label: LIST, GET, HEAD, PUT, UPLOAD_PART, DELETE, POST (starting
-// or completing a multipart upload, deleting many keys), else the method.
+// or completing a multipart upload, deleting many keys), else OTHER.
 func Operation(req *http.Request) string {
 	q := req.URL.Query()
 	switch req.Method {
