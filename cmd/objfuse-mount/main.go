@@ -103,7 +103,7 @@ Flags:
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
-	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this host:port")
+	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this host:port (and /debug/pprof/ when it is a loopback address)")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
 	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")
 	fl.StringVar(&o.probe, "probe", "", "exit 0 if the mounter at this socket is ready (readiness probe)")
