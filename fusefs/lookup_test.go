@@ -273,12 +273,13 @@ func TestInterruptedLookupKeepsRelisting(t *testing.T) {
 	}
 }
 
-// overlapStore tells whether a HEAD of a name under gatePrefix and the
+// overlapStore tells whether a HEAD of a name under prefix and the
 // LIST for a directory of that name were asked at once, in either order:
 // while gated, such a HEAD waits (at most a second) for its LIST, which
 // asked one after the other comes only after the HEAD's answer.
 type overlapStore struct {
 	countingStore
+	prefix   string
 	gated    atomic.Bool
 	mu       sync.Mutex
 	waiting  map[string]chan struct{} // HEADs waiting for their LIST
@@ -287,7 +288,7 @@ type overlapStore struct {
 }
 
 func (s *overlapStore) Head(ctx context.Context, key string) (store.Object, error) {
-	if s.gated.Load() && strings.HasPrefix(key, s.gatePrefix) {
+	if s.gated.Load() && strings.HasPrefix(key, s.prefix) {
 		s.mu.Lock()
 		if s.listed[key] {
 			s.overlaps[key] = true
@@ -310,7 +311,7 @@ func (s *overlapStore) Head(ctx context.Context, key string) (store.Object, erro
 
 func (s *overlapStore) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
 	name := strings.TrimSuffix(prefix, "/")
-	if s.gated.Load() && strings.HasPrefix(name, s.gatePrefix) {
+	if s.gated.Load() && strings.HasPrefix(name, s.prefix) {
 		s.mu.Lock()
 		if listed, ok := s.waiting[name]; ok {
 			s.overlaps[name] = true
@@ -335,7 +336,7 @@ func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
 	put(t, mem, "big/y", []byte("y"))
 	put(t, mem, "big/nz", []byte("file nz"))
 	put(t, mem, "big/nz/w", []byte("under nz/"))
-	st := &overlapStore{countingStore: countingStore{Store: mem, gatePrefix: "big/n"},
+	st := &overlapStore{countingStore: countingStore{Store: mem}, prefix: "big/n",
 		waiting: map[string]chan struct{}{}, listed: map[string]bool{}, overlaps: map[string]bool{}}
 	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
 	big := filepath.Join(dir, "big")

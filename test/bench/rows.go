@@ -302,7 +302,7 @@ func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
 		}
 	}
 	closed := time.Since(t0)
-	if err := e.waitListed(prefix, e.files, time.Now().Add(5*time.Minute)); err != nil {
+	if err := e.waitListed(prefix, e.files, 5*time.Minute); err != nil {
 		return nil, err
 	}
 	d := time.Since(t0)
@@ -312,15 +312,18 @@ func (e *env) rowCreate(v *variant, round int) (map[string]float64, error) {
 	}, nil
 }
 
-// createName is the create row's i-th file: names sort as they are made.
-func createName(i int) string { return fmt.Sprintf("f%05d", i) }
+// createFormat names the create row's i-th file: names sort as they are made.
+const createFormat = "f%05d"
+
+func createName(i int) string { return fmt.Sprintf(createFormat, i) }
 
 // waitListed waits until the create row's n files under prefix are all
 // listed in full. Each poll lists only past the longest run of files seen
 // from the first on: listing all of them every 50 ms would take MinIO's
 // CPU from the uploads still running after an asynchronous close, slowing
 // what it measures.
-func (e *env) waitListed(prefix string, n int, deadline time.Time) error {
+func (e *env) waitListed(prefix string, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	seen := make([]bool, n)
 	next := 0 // files before next are all listed
 	for {
@@ -333,7 +336,7 @@ func (e *env) waitListed(prefix string, n int, deadline time.Time) error {
 			if o.Err != nil || o.Size != 4096 {
 				continue
 			}
-			if _, err := fmt.Sscanf(path.Base(o.Key), "f%05d", &i); err == nil && i < n {
+			if _, err := fmt.Sscanf(path.Base(o.Key), createFormat, &i); err == nil && i < n {
 				seen[i] = true
 			}
 		}
@@ -344,7 +347,7 @@ func (e *env) waitListed(prefix string, n int, deadline time.Time) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after 5 min, only the first %d of %d files are listed", next, n)
+			return fmt.Errorf("after %v, only the first %d of %d files are listed", within, next, n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
