@@ -35,6 +35,34 @@ func (f *FS) tryReserve(n int64) bool {
 func (f *FS) release(n int64) {
 	f.stats.BufferBytes.Add(-n)
 	f.memory.Release(n)
+	if f.memoryStalled.Load() {
+		f.memoryStalled.Store(false)
+	}
+}
+
+// reserveWritten takes n bytes of the memory limit for written data that
+// waits for its upload. When they are not free it waits for them, up to
+// firstBufferWait, but only while uploads are under way, as those give
+// memory back when they end: a writer closing files faster than they
+// upload (asynchronous close) then slows to the upload rate instead of
+// filling memory. Files merely held open free nothing, and after a wait
+// that failed (uploads stalled) no writer waits again until memory is
+// given back: both times the caller goes on on disk at once.
+func (f *FS) reserveWritten(ctx context.Context, n int64) bool {
+	if f.tryReserve(n) {
+		return true
+	}
+	if f.uploading.Load() == 0 || f.memoryStalled.Load() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, firstBufferWait)
+	defer cancel()
+	if err := f.memory.Acquire(ctx, n); err != nil {
+		f.memoryStalled.Store(true)
+		return false
+	}
+	f.stats.BufferBytes.Add(n)
+	return true
 }
 
 // tryGet returns a buffer if the memory limit allows one now.

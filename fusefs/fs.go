@@ -26,8 +26,13 @@ type FS struct {
 	mountTime time.Time
 	root      *dirNode
 
-	// memory bounds bytes in upload parts and readahead chunks.
+	// memory bounds bytes written and not yet uploaded, and readahead.
 	memory *semaphore.Weighted
+	// uploading counts uploads of written data held in memory under way;
+	// memoryStalled is set when a writer waited for memory in vain, and
+	// cleared when memory is given back (see reserveWritten).
+	uploading     atomic.Int64
+	memoryStalled atomic.Bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
 
@@ -62,8 +67,9 @@ type Stats struct {
 	CopiedReplies atomic.Int64
 	// BytesFromCache were read from the read cache instead of S3.
 	BytesFromCache atomic.Int64
-	// BufferBytes is the memory held now in upload parts and readahead
-	// chunks (a gauge, bounded by Options.MemoryLimit).
+	// BufferBytes is the memory held now in written data waiting for its
+	// upload and in readahead chunks (a gauge, bounded by
+	// Options.MemoryLimit).
 	BufferBytes atomic.Int64
 }
 

@@ -85,14 +85,13 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if n.stream != nil {
 		err := n.stream.write(ctx, data, n.attr.metadata())
 		if errors.Is(err, errNoMemory) {
-			if err = n.toStaging(ctx); err == nil {
-				err = n.staging.WriteAt(data, off)
-			}
+			err = n.toStaging(ctx) // and the write goes there, below
 		}
 		if err != nil {
 			return 0, n.writeFailed(err)
 		}
-	} else {
+	}
+	if n.stream == nil {
 		if err := n.staging.WriteAt(data, off); err != nil {
 			return 0, n.writeFailed(err)
 		}

@@ -33,8 +33,11 @@ type Options struct {
 	// and readahead chunks per reader.
 	PartSize    int
 	Concurrency int
-	// MemoryLimit bounds the bytes held in upload parts and readahead
-	// chunks across the whole mount.
+	// MemoryLimit bounds the bytes held across the whole mount in written
+	// data not yet uploaded (of files open, or closed asynchronously and
+	// waiting for their upload) and in readahead chunks. Written data
+	// beyond it waits for uploads to give memory back, or goes to
+	// staging files.
 	MemoryLimit int64
 	// StagingDir holds local copies of files being randomly written;
 	// StagingLimit bounds their total size (ENOSPC beyond it).

@@ -33,7 +33,10 @@ type stream struct {
 
 	buf    []byte  // the part being filled
 	pooled *[]byte // buf's backing buffer when it came from the pool
-	size   int64   // bytes written so far
+	// held is what buf takes of the memory limit while it is not pooled:
+	// all of its capacity.
+	held   int64
+	size   int64 // bytes written so far
 	upload store.Upload
 	part   int
 
@@ -78,6 +81,12 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) er
 			}
 			s.pooled = b
 			s.buf = append((*b)[:0], s.buf...)
+			s.freeSmall()
+		}
+		if s.pooled == nil {
+			if err := s.growSmall(ctx, len(s.buf)+len(p)); err != nil {
+				return err
+			}
 		}
 		n := min(len(p), partSize-len(s.buf))
 		s.buf = append(s.buf, p[:n]...)
@@ -95,6 +104,40 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) er
 		}
 	}
 	return nil
+}
+
+// smallFileUnit rounds what a small file's buffer takes of the memory
+// limit, so that growing it byte by byte does not ask for memory each time.
+const smallFileUnit = 4 << 10
+
+// growSmall makes room for need bytes (at most smallFileLimit) in a
+// buffer that is not pooled, counted against the memory limit: a file's
+// bytes stay in memory until it is uploaded, and many files at once (held
+// open, or closed faster than they upload) must not take more than the
+// limit between them. It returns errNoMemory when the limit has no room;
+// the file then continues on disk.
+func (s *stream) growSmall(ctx context.Context, need int) error {
+	if need <= cap(s.buf) {
+		return nil
+	}
+	size := min(max(need, 2*cap(s.buf)), smallFileLimit)
+	size = (size + smallFileUnit - 1) &^ (smallFileUnit - 1)
+	grow := int64(size - cap(s.buf))
+	if !s.fsys.reserveWritten(ctx, grow) {
+		return errNoMemory
+	}
+	b := make([]byte, len(s.buf), size)
+	copy(b, s.buf)
+	s.buf, s.held = b, s.held+grow
+	return nil
+}
+
+// freeSmall gives back what a buffer that was not pooled held.
+func (s *stream) freeSmall() {
+	if s.held > 0 {
+		s.fsys.release(s.held)
+		s.held = 0
+	}
 }
 
 // sendPart starts the upload of the filled buffer and gives the stream a
@@ -166,6 +209,8 @@ func (s *stream) wait() error {
 // finish uploads what is left and makes the object visible.
 func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Object, error) {
 	defer s.release()
+	s.fsys.uploading.Add(1)
+	defer s.fsys.uploading.Add(-1)
 	if s.upload == nil {
 		// Small enough for one request.
 		o, err := s.fsys.store.Put(ctx, s.key(), bytes.NewReader(s.buf), int64(len(s.buf)), meta)
@@ -219,6 +264,7 @@ func (s *stream) release() {
 		s.pooled = nil
 	}
 	s.buf = nil
+	s.freeSmall()
 }
 
 // bytes returns the data not yet sent (all of it if no part went up).

@@ -95,7 +95,7 @@ Flags:
 	fl.DurationVar(&c.FS.ListTTL, "list-ttl", time.Second, "how long directory listings answer lookups")
 	partMiB := fl.Int("part-size-mib", 8, "multipart part size in MiB (5..5120)")
 	fl.IntVar(&c.FS.Concurrency, "concurrency", 4, "parallel part uploads and readahead requests per file")
-	memMiB := fl.Int64("memory-limit-mib", 64, "bound on memory for upload parts and readahead, in MiB")
+	memMiB := fl.Int64("memory-limit-mib", 64, "bound on memory for written data not yet uploaded and for readahead, in MiB (beyond it, writes wait for uploads or go to staging files)")
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", 10240, "bound on the staging directory's use, in MiB")
 	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")

@@ -1,0 +1,124 @@
+package fusefs_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
+)
+
+// liveHeap is the heap still in use after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+const (
+	memTestLimit = 10 << 20 // two 5 MiB parts: the least Validate allows
+	memTestFiles = 128
+	memTestSize  = 512 << 10 // under smallFileLimit: held in a plain buffer
+)
+
+// memTestFile is the i-th file the memory tests write: made again to
+// check it, as the test holding them all would hide what the mount holds.
+func memTestFile(i int) (name string, data []byte) {
+	data = make([]byte, memTestSize)
+	rand.NewChaCha8([32]byte{byte(i)}).Read(data)
+	return fmt.Sprintf("f%03d", i), data
+}
+
+func checkStored(t *testing.T, st store.Store) {
+	t.Helper()
+	for i := range memTestFiles {
+		name, data := memTestFile(i)
+		sameBytes(t, name, stored(t, st, name), data)
+	}
+}
+
+// checkHeldMemory fails the test if the data written so far takes more
+// memory than the limit allows, with slack for everything else a mount
+// holds (the kernel's request buffers, inodes). 64 MiB were written.
+func checkHeldMemory(t *testing.T, f *fusefs.FS, base int64) {
+	t.Helper()
+	const slack = 16 << 20
+	if grew := liveHeap() - base; grew > memTestLimit+slack {
+		t.Fatalf("the heap grew by %d MiB holding %d MiB of written data; the memory limit is %d MiB",
+			grew>>20, memTestFiles*memTestSize>>20, memTestLimit>>20)
+	}
+	if held := f.Stats().BufferBytes.Load(); held > memTestLimit {
+		t.Fatalf("%d bytes held in buffers, over the %d limit", held, memTestLimit)
+	}
+}
+
+// TestManyOpenFilesStayWithinTheMemoryLimit: small files written and held
+// open take no more than MemoryLimit between them; the rest goes to
+// staging files on disk, and every byte reaches the store on close.
+func TestManyOpenFilesStayWithinTheMemoryLimit(t *testing.T) {
+	st := memstore.New()
+	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: memTestLimit})
+	base := liveHeap()
+
+	var open []*os.File
+	for i := range memTestFiles {
+		name, data := memTestFile(i)
+		h, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() }) // a failed test must still unmount
+		open = append(open, h)
+		if _, err := h.Write(data); err != nil {
+			t.Fatalf("write %s: %v", name, err)
+		}
+	}
+	checkHeldMemory(t, f, base)
+	for _, h := range open {
+		if err := h.Close(); err != nil {
+			t.Fatalf("close %s: %v", h.Name(), err)
+		}
+	}
+	checkStored(t, st)
+	if held := f.Stats().BufferBytes.Load(); held != 0 {
+		t.Fatalf("%d bytes still held after every file was closed", held)
+	}
+}
+
+// TestAsyncBacklogStaysWithinTheMemoryLimit: with asynchronous close and
+// uploads that cannot keep up (here: stalled), closed files waiting for
+// their upload take no more than MemoryLimit; once uploads resume every
+// file arrives whole.
+func TestAsyncBacklogStaysWithinTheMemoryLimit(t *testing.T) {
+	st := memstore.New()
+	stalled := make(chan struct{})
+	st.FailWith = func(op, key string) error {
+		if op == "put" {
+			<-stalled
+		}
+		return nil
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: memTestLimit, AsyncClose: true})
+	resume := sync.OnceFunc(func() { close(stalled) })
+	t.Cleanup(resume) // a failed test must still unmount
+	base := liveHeap()
+
+	for i := range memTestFiles {
+		name, data := memTestFile(i)
+		writeFile(t, filepath.Join(dir, name), data)
+	}
+	checkHeldMemory(t, f, base)
+	resume()
+	eventually(t, 30*time.Second, "every upload", func() bool {
+		return f.Stats().Uploads.Load() == memTestFiles
+	})
+	checkStored(t, st)
+}
