@@ -24,6 +24,9 @@ type dirNode struct {
 	attr      attrs
 	hasMarker bool
 	listCache *listing
+	// relistable says the last complete listing held at most relistLimit
+	// names: a lookup that misses after it expired may list again.
+	relistable bool
 	// shadowed are names a listing showed as a directory after it had
 	// handed out a file of the same name: lookups of these ask for both,
 	// so that the directory wins.

@@ -96,7 +96,7 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 				l.entries[e.name] = e
 				l.at = time.Now()
 			} else {
-				n.listCache = nil // too large to keep
+				n.listCache, n.relistable = nil, false // too large to keep
 			}
 		}
 		return true
@@ -114,7 +114,7 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 	n.mu.Lock()
 	if n.listCache == l {
 		if err == nil {
-			l.completed()
+			n.keepListing(l)
 		} else {
 			n.listCache = nil
 		}

@@ -2,3 +2,16 @@ package fusefs
 
 // NewNameStreak is for tests of the lookups that take names for new.
 const NewNameStreak = newNameStreak
+
+// HoldsListing reports whether the directory name, in the root, holds a
+// listing.
+func HoldsListing(f *FS, name string) bool {
+	ch := f.root.GetChild(name)
+	if ch == nil {
+		return false
+	}
+	d := ch.Operations().(*dirNode)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.listCache != nil
+}

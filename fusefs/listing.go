@@ -49,6 +49,25 @@ func (l *listing) completed() {
 	l.complete, l.at, l.changed = true, time.Now(), nil
 }
 
+// keepListing installs l, complete, as the directory's listing until it
+// expires, and drops it then: an expired listing answers nothing, and a
+// large directory's would otherwise hold every name, size and metadata
+// map (about 600 bytes a name) for as long as the kernel keeps the
+// directory, in a mounter whose memory is limited. What relist needs
+// later, whether the directory was small, stays in relistable. Hold n.mu.
+func (n *dirNode) keepListing(l *listing) {
+	l.completed()
+	n.listCache = l
+	n.relistable = len(l.entries) <= relistLimit
+	time.AfterFunc(n.fsys.opts.ListTTL, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.listCache == l && n.freshListing() == nil {
+			n.listCache = nil
+		}
+	})
+}
+
 // listEach reads the directory from the store and calls emit with each
 // child as it arrives. A file and a directory with the same name are the
 // directory (see FS.resolve). Stores may yield a page's objects before its
@@ -138,11 +157,12 @@ func (n *dirNode) relist(ctx context.Context) bool {
 	n.mu.Lock()
 	done := n.relisting
 	if done == nil {
-		old := n.listCache
-		if old == nil || !old.complete || len(old.entries) > relistLimit || n.freshListing() != nil {
+		arriving := n.listCache != nil && !n.listCache.complete
+		if !n.relistable || arriving || n.freshListing() != nil {
 			n.mu.Unlock()
 			return false
 		}
+		old := n.listCache
 		done = make(chan struct{})
 		n.relisting = done
 		l := newArrivingListing()
@@ -194,13 +214,14 @@ func (n *dirNode) runRelist(old, l *listing, done chan struct{}) {
 	if n.listCache == l {
 		switch {
 		case tooMany:
-			n.listCache = nil // large now: lookups ask the store by name
+			// Large now: lookups ask the store by name.
+			n.listCache, n.relistable = nil, false
 		case err != nil:
-			// Expired, so it answers no lookup; kept so that the next
+			// Expired (or dropped), so it answers no lookup; the next
 			// miss tries again.
 			n.listCache = old
 		default:
-			l.completed()
+			n.keepListing(l)
 		}
 	}
 	n.relisting = nil
@@ -210,12 +231,12 @@ func (n *dirNode) runRelist(old, l *listing, done chan struct{}) {
 
 // remember caches entries as the directory's complete listing.
 func (n *dirNode) remember(entries []dirEntry) {
-	l := &listing{entries: make(map[string]dirEntry, len(entries)), at: time.Now(), complete: true}
+	l := &listing{entries: make(map[string]dirEntry, len(entries))}
 	for _, e := range entries {
 		l.entries[e.name] = e
 	}
 	n.mu.Lock()
-	n.listCache = l
+	n.keepListing(l)
 	n.mu.Unlock()
 }
 
@@ -240,7 +261,7 @@ func (n *dirNode) noteChild(name string, e *dirEntry) {
 // forget drops the cached listing.
 func (n *dirNode) forget() {
 	n.mu.Lock()
-	n.listCache = nil
+	n.listCache, n.relistable = nil, false
 	n.mu.Unlock()
 }
 
