@@ -71,6 +71,9 @@ type Stats struct {
 	// upload and in readahead chunks (a gauge, bounded by
 	// Options.MemoryLimit).
 	BufferBytes atomic.Int64
+	// MemorySpills are files continued in a staging file because the
+	// memory limit had no room for their written data.
+	MemorySpills atomic.Int64
 }
 
 // New returns a filesystem over st. Mount it with Mount or serve its Root

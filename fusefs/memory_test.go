@@ -82,6 +82,9 @@ func TestManyOpenFilesStayWithinTheMemoryLimit(t *testing.T) {
 		}
 	}
 	checkHeldMemory(t, f, base)
+	if f.Stats().MemorySpills.Load() == 0 {
+		t.Fatal("no file was counted as continued on disk")
+	}
 	for _, h := range open {
 		if err := h.Close(); err != nil {
 			t.Fatalf("close %s: %v", h.Name(), err)
@@ -121,6 +124,56 @@ func TestAsyncBacklogStaysWithinTheMemoryLimit(t *testing.T) {
 		return f.Stats().Uploads.Load() == memTestFiles
 	})
 	checkStored(t, st)
+}
+
+// TestAsyncBacklogWaitsForUploads: when closed files wait for uploads
+// that are under way, a writer that finds the memory limit full waits for
+// them (it slows to the upload rate) rather than continuing on disk.
+func TestAsyncBacklogWaitsForUploads(t *testing.T) {
+	st := memstore.New()
+	// A slow store: one upload at a time goes through, every few ms.
+	tokens := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				close(tokens)
+				return
+			case <-tick.C:
+				select {
+				case tokens <- struct{}{}:
+				case <-done:
+					close(tokens)
+					return
+				}
+			}
+		}
+	}()
+	st.FailWith = func(op, key string) error {
+		if op == "put" {
+			<-tokens
+		}
+		return nil
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: memTestLimit, AsyncClose: true})
+	for i := range memTestFiles {
+		name, data := memTestFile(i)
+		writeFile(t, filepath.Join(dir, name), data)
+		if held := f.Stats().BufferBytes.Load(); held > memTestLimit {
+			t.Fatalf("%d bytes held in buffers, over the %d limit", held, memTestLimit)
+		}
+	}
+	eventually(t, 30*time.Second, "every upload", func() bool {
+		return f.Stats().Uploads.Load() == memTestFiles
+	})
+	checkStored(t, st)
+	if n := f.Stats().MemorySpills.Load(); n != 0 {
+		t.Fatalf("%d files went to disk while uploads were under way; want the writer to wait for them", n)
+	}
 }
 
 // TestExpiredListingsAreDropped: a directory's listing is dropped once it

@@ -75,6 +75,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	fsStat("async_upload_errors_total", "Uploads after an asynchronous close that failed.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.AsyncUploadErrors })
 	fsStat("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.PanicsRecovered })
 	fsStat("buffer_bytes", "Memory held now in written data waiting for its upload and in readahead chunks (bounded by --memory-limit-mib).", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.BufferBytes })
+	fsStat("memory_spills_total", "Files continued in a local staging file because --memory-limit-mib had no room for their written data.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.MemorySpills })
 	if current().ReadCache() != nil {
 		cacheStat("read_cache_hits_total", "Random reads answered from the local read cache.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Hits })
 		cacheStat("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Misses })
