@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // buffers hands out part-sized byte slices, pooled so that a long copy does
@@ -35,24 +34,21 @@ func (f *FS) tryReserve(n int64) bool {
 func (f *FS) release(n int64) {
 	f.stats.BufferBytes.Add(-n)
 	f.memory.Release(n)
-	if f.memoryStalled.Load() {
-		f.memoryStalled.Store(false)
-	}
 }
 
 // reserveWritten takes n bytes of the memory limit for written data that
 // waits for its upload. When they are not free it waits for them, up to
-// firstBufferWait, but only while uploads are under way, as those give
-// memory back when they end: a writer closing files faster than they
-// upload (asynchronous close) then slows to the upload rate instead of
-// filling memory. Files merely held open free nothing, and after a wait
-// that failed (uploads stalled) no writer waits again until memory is
-// given back: both times the caller goes on on disk at once.
+// firstBufferWait, but only while uploads under way hold at least n bytes,
+// which they give back when they end: a writer closing files faster than
+// they upload (asynchronous close) then slows to the upload rate instead
+// of filling memory. Files merely held open give nothing back, and after
+// a wait that failed (uploads stalled) no writer waits again until an
+// upload has ended: both times the caller goes on on disk at once.
 func (f *FS) reserveWritten(ctx context.Context, n int64) bool {
 	if f.tryReserve(n) {
 		return true
 	}
-	if f.uploading.Load() == 0 || f.memoryStalled.Load() {
+	if f.uploadingBytes.Load() < n || f.memoryStalled.Load() {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, firstBufferWait)
@@ -65,6 +61,16 @@ func (f *FS) reserveWritten(ctx context.Context, n int64) bool {
 	return true
 }
 
+// uploadStarted and uploadEnded bracket the upload of a file whose
+// written data holds held bytes of the memory limit; uploadEnded comes
+// after the memory was given back.
+func (f *FS) uploadStarted(held int64) { f.uploadingBytes.Add(held) }
+
+func (f *FS) uploadEnded(held int64) {
+	f.uploadingBytes.Add(-held)
+	f.memoryStalled.Store(false)
+}
+
 // tryGet returns a buffer if the memory limit allows one now.
 func (b *buffers) tryGet() *[]byte {
 	if !b.fsys.tryReserve(int64(b.fsys.opts.PartSize)) {
@@ -73,14 +79,12 @@ func (b *buffers) tryGet() *[]byte {
 	return b.pool.Get().(*[]byte)
 }
 
-// get waits up to wait for a buffer; nil if none became free.
-func (b *buffers) get(ctx context.Context, wait time.Duration) *[]byte {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	if err := b.fsys.memory.Acquire(ctx, int64(b.fsys.opts.PartSize)); err != nil {
+// getForWrite returns a buffer for written data, waiting for memory as
+// reserveWritten does; nil if there is none.
+func (b *buffers) getForWrite(ctx context.Context) *[]byte {
+	if !b.fsys.reserveWritten(ctx, int64(b.fsys.opts.PartSize)) {
 		return nil
 	}
-	b.fsys.stats.BufferBytes.Add(int64(b.fsys.opts.PartSize))
 	return b.pool.Get().(*[]byte)
 }
 

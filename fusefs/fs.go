@@ -28,11 +28,12 @@ type FS struct {
 
 	// memory bounds bytes written and not yet uploaded, and readahead.
 	memory *semaphore.Weighted
-	// uploading counts uploads of written data held in memory under way;
-	// memoryStalled is set when a writer waited for memory in vain, and
-	// cleared when memory is given back (see reserveWritten).
-	uploading     atomic.Int64
-	memoryStalled atomic.Bool
+	// uploadingBytes is the memory held by uploads under way, which they
+	// give back when they end; memoryStalled is set when a writer waited
+	// for memory in vain, and cleared when an upload ends (see
+	// reserveWritten).
+	uploadingBytes atomic.Int64
+	memoryStalled  atomic.Bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
 

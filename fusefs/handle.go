@@ -85,8 +85,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if n.stream != nil {
 		err := n.stream.write(ctx, data, n.attr.metadata())
 		if errors.Is(err, errNoMemory) {
-			n.fsys.stats.MemorySpills.Add(1)
-			err = n.toStaging(ctx) // and the write goes there, below
+			if err = n.toStaging(ctx); err == nil {
+				n.fsys.stats.MemorySpills.Add(1) // and the write goes there, below
+			}
 		}
 		if err != nil {
 			return 0, n.writeFailed(err)

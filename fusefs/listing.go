@@ -59,12 +59,23 @@ func (n *dirNode) keepListing(l *listing) {
 	l.completed()
 	n.listCache = l
 	n.relistable = len(l.entries) <= relistLimit
-	time.AfterFunc(n.fsys.opts.ListTTL, func() {
+	n.dropWhenExpired(l, n.fsys.opts.ListTTL)
+}
+
+// dropWhenExpired drops l after d, or later if it is still fresh then,
+// unless it was replaced meanwhile.
+func (n *dirNode) dropWhenExpired(l *listing, d time.Duration) {
+	time.AfterFunc(d, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.listCache == l && n.freshListing() == nil {
-			n.listCache = nil
+		if n.listCache != l {
+			return
 		}
+		if left := n.fsys.opts.ListTTL - time.Since(l.at); left >= 0 {
+			n.dropWhenExpired(l, left+time.Millisecond)
+			return
+		}
+		n.listCache = nil
 	})
 }
 
@@ -157,17 +168,19 @@ func (n *dirNode) relist(ctx context.Context) bool {
 	n.mu.Lock()
 	done := n.relisting
 	if done == nil {
+		if l := n.listCache; l != nil && l.complete && len(l.entries) > relistLimit {
+			n.relistable = false // grown past a page by this mount's creates
+		}
 		arriving := n.listCache != nil && !n.listCache.complete
 		if !n.relistable || arriving || n.freshListing() != nil {
 			n.mu.Unlock()
 			return false
 		}
-		old := n.listCache
 		done = make(chan struct{})
 		n.relisting = done
 		l := newArrivingListing()
 		n.listCache = l
-		go n.runRelist(old, l, done)
+		go n.runRelist(l, done)
 	}
 	n.mu.Unlock()
 	select {
@@ -184,7 +197,7 @@ func (n *dirNode) relist(ctx context.Context) bool {
 // runRelist fills l from the store and closes done. It is not tied to
 // the lookup that started it: that lookup's interrupt must not cost the
 // others their answer, nor the directory its relisting.
-func (n *dirNode) runRelist(old, l *listing, done chan struct{}) {
+func (n *dirNode) runRelist(l *listing, done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
 	defer cancel()
 	seen, tooMany := 0, false
@@ -217,9 +230,7 @@ func (n *dirNode) runRelist(old, l *listing, done chan struct{}) {
 			// Large now: lookups ask the store by name.
 			n.listCache, n.relistable = nil, false
 		case err != nil:
-			// Expired (or dropped), so it answers no lookup; the next
-			// miss tries again.
-			n.listCache = old
+			n.listCache = nil // the next miss tries again
 		default:
 			n.keepListing(l)
 		}

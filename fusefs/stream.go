@@ -68,7 +68,7 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) er
 	partSize := s.fsys.opts.PartSize
 	for len(p) > 0 {
 		if s.pooled == nil && len(s.buf)+len(p) > smallFileLimit {
-			b := s.fsys.partBuffers().get(ctx, firstBufferWait)
+			b := s.fsys.partBuffers().getForWrite(ctx)
 			if b == nil {
 				if s.upload == nil {
 					return errNoMemory
@@ -208,9 +208,10 @@ func (s *stream) wait() error {
 
 // finish uploads what is left and makes the object visible.
 func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Object, error) {
+	held := s.memoryHeld()
+	s.fsys.uploadStarted(held)
+	defer s.fsys.uploadEnded(held) // after release has given it back
 	defer s.release()
-	s.fsys.uploading.Add(1)
-	defer s.fsys.uploading.Add(-1)
 	if s.upload == nil {
 		// Small enough for one request.
 		o, err := s.fsys.store.Put(ctx, s.key(), bytes.NewReader(s.buf), int64(len(s.buf)), meta)
@@ -267,7 +268,16 @@ func (s *stream) release() {
 	s.freeSmall()
 }
 
-// bytes returns the data not yet sent (all of it if no part went up).
+// memoryHeld is what the stream takes of the memory limit.
+func (s *stream) memoryHeld() int64 {
+	n := s.held + int64(len(s.inflight)*s.fsys.opts.PartSize)
+	if s.pooled != nil {
+		n += int64(s.fsys.opts.PartSize)
+	}
+	return n
+}
+
+// pending returns the data not yet sent (all of it if no part went up).
 func (s *stream) pending() []byte { return s.buf }
 
 // started reports whether any part has been sent.
