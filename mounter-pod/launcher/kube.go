@@ -54,7 +54,9 @@ func (k *Kube) Launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	}
 	want, err := k.Template.Pod(m, k.Namespace, hostname)
 	if err != nil {
-		return "", err
+		// The template and the volume's parameters do not fit: no retry
+		// mends that.
+		return "", fmt.Errorf("%w: %v", ErrFailed, err)
 	}
 	pod, err := k.ensurePod(ctx, want)
 	if err != nil {

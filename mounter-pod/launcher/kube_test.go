@@ -177,6 +177,23 @@ func TestKubeLaunchReasons(t *testing.T) {
 	}
 }
 
+// A mounter the template cannot make (here: no staging room beside the
+// read cache) is a failure with the reason, and no pod is created.
+func TestKubeLaunchImpossibleMounter(t *testing.T) {
+	k, kc := kubeLauncher(t)
+	k.Template.StagingSizeLimit = "1Gi"
+	m := testMounter()
+	m.Volume.Mount.ReadCacheMiB = 1000
+	_, err := k.Launch(context.Background(), m, nil)
+	if !errors.Is(err, launcher.ErrFailed) || !strings.Contains(err.Error(), "readCacheMiB 1000") {
+		t.Fatalf("Launch: %v, want ErrFailed naming readCacheMiB", err)
+	}
+	pods, _ := kc.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if len(pods.Items) != 0 {
+		t.Fatalf("%d pods created for a mounter that cannot run", len(pods.Items))
+	}
+}
+
 func TestKubeLaunchUnknownNode(t *testing.T) {
 	k, _ := kubeLauncher(t)
 	ok, err := k.NodeExists(context.Background(), "node-b")

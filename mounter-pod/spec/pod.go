@@ -105,12 +105,15 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 		grace = ptr.To[int64](60)
 	}
 	args := m.Args(SocketPath, CredentialsDir, StagingDir)
+	if limit, bounded, err := t.stagingLimitMiB(res, m); err != nil {
+		return nil, err
+	} else if bounded {
+		args = beforeSource(args, fmt.Sprintf("--staging-limit-mib=%d", limit))
+	}
 	annotations := map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)}
 	var ports []corev1.ContainerPort
 	if !t.HostNetwork && !t.NoMetrics {
-		// Flags go before the source, the last argument.
-		last := len(args) - 1
-		args = append(args[:last:last], fmt.Sprintf("--metrics-addr=:%d", MetricsPort), args[last])
+		args = beforeSource(args, fmt.Sprintf("--metrics-addr=:%d", MetricsPort))
 		ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
 		annotations["prometheus.io/scrape"] = "true"
 		annotations["prometheus.io/port"] = strconv.Itoa(MetricsPort)
@@ -208,6 +211,43 @@ func (m Mounter) Secret(pod *corev1.Pod, data map[string][]byte) *corev1.Secret 
 		Data: data,
 	}
 }
+
+// beforeSource adds flags to an objfuse-mount command line: before the
+// source, its last argument.
+func beforeSource(args []string, flags ...string) []string {
+	last := len(args) - 1
+	return append(append(args[:last:last], flags...), args[last])
+}
+
+// stagingLimitMiB is how much objfuse-mount may keep in its staging
+// emptyDir when the pod bounds that (the template's stagingSizeLimit, or
+// an ephemeral-storage limit): a tenth for logs and slack, and the read
+// cache's share, come off. Past its limit objfuse-mount answers writers
+// ENOSPC; past the pod's, kubelet would evict the pod, and the mount
+// would break. bounded is false when nothing bounds the emptyDir.
+func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (limit int64, bounded bool, err error) {
+	var bound *resource.Quantity
+	if t.StagingSizeLimit != "" {
+		q := resource.MustParse(t.StagingSizeLimit)
+		bound = &q
+	}
+	if q, ok := res.Limits[corev1.ResourceEphemeralStorage]; ok && (bound == nil || q.Cmp(*bound) < 0) {
+		bound = &q
+	}
+	if bound == nil {
+		return 0, false, nil
+	}
+	usableMiB := bound.Value() / 10 * 9 >> 20
+	usable := usableMiB - int64(m.Volume.Mount.ReadCacheMiB)
+	if usable < minStagingMiB {
+		return 0, false, fmt.Errorf("the mounter's staging space (%s, nine tenths usable) leaves %d MiB for staging beside readCacheMiB %d; at least %d are needed: raise stagingSizeLimit (or the ephemeral-storage limit) or lower readCacheMiB",
+			bound.String(), max(usable, 0), m.Volume.Mount.ReadCacheMiB, minStagingMiB)
+	}
+	return usable, true, nil
+}
+
+// minStagingMiB is the least staging space a mounter is started with.
+const minStagingMiB = 64
 
 func overrideResources(res *corev1.ResourceRequirements, m Mounter) error {
 	if v := m.Volume.Mounter.MemoryLimit; v != "" {

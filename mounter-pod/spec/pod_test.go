@@ -2,7 +2,11 @@ package spec_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
@@ -43,6 +47,63 @@ func TestMounterPodMetrics(t *testing.T) {
 			announced := pod.Annotations["prometheus.io/scrape"] == "true" && pod.Annotations["prometheus.io/port"] == "9810"
 			if served != tc.want || ported != tc.want || announced != tc.want {
 				t.Errorf("metrics flag %v, port %v, annotations %v; want all %v", served, ported, announced, tc.want)
+			}
+		})
+	}
+}
+
+// When the pod bounds its staging emptyDir (stagingSizeLimit, or an
+// ephemeral-storage limit), objfuse-mount is told to stay within nine
+// tenths of it, less the read cache's share: a full staging area must be
+// ENOSPC to a writer, not the pod's eviction, which breaks the mount.
+func TestMounterStagingLimit(t *testing.T) {
+	tests := []struct {
+		name       string
+		sizeLimit  string
+		ephemeral  string
+		readCache  int
+		wantFlag   string // "" for none
+		wantErrHas string
+	}{
+		{name: "unbounded", wantFlag: ""},
+		{name: "sizeLimit", sizeLimit: "2Gi", wantFlag: "--staging-limit-mib=1843"},
+		{name: "sizeLimit less the read cache", sizeLimit: "2Gi", readCache: 1024, wantFlag: "--staging-limit-mib=819"},
+		{name: "ephemeral-storage limit", ephemeral: "1Gi", wantFlag: "--staging-limit-mib=921"},
+		{name: "the smaller of both", sizeLimit: "1Gi", ephemeral: "10Gi", wantFlag: "--staging-limit-mib=921"},
+		{name: "no room beside the read cache", sizeLimit: "1Gi", readCache: 900, wantErrHas: "readCacheMiB 900"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := spec.Mounter{VolumeID: "v", NodeID: "n", Volume: volume.Volume{
+				ID:    volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1"}, Bucket: "bucket-1"},
+				Mount: volume.MountOptions{ReadCacheMiB: tc.readCache},
+			}}
+			tmpl := spec.Template{Image: "i", StagingSizeLimit: tc.sizeLimit}
+			if tc.ephemeral != "" {
+				tmpl.Resources.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse(tc.ephemeral)}
+			}
+			pod, err := tmpl.Pod(m, "ns", "host")
+			if tc.wantErrHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErrHas) {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErrHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := pod.Spec.Containers[0].Args
+			var got string
+			for _, a := range args {
+				if strings.HasPrefix(a, "--staging-limit-mib=") {
+					got = a
+				}
+			}
+			if got != tc.wantFlag {
+				t.Fatalf("staging flag %q, want %q (args %q)", got, tc.wantFlag, args)
+			}
+			if last := args[len(args)-1]; last != m.Volume.Source() {
+				t.Errorf("last argument %q, want the source %q", last, m.Volume.Source())
 			}
 		})
 	}
