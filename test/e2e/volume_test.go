@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
 const mounterSelector = "app.kubernetes.io/component=mounter"
@@ -167,6 +170,24 @@ func TestStaticVolumeOnExistingBucket(t *testing.T) {
 	s.pod("reader", "static", "cat /data/existing.txt; dd if=/data/big.bin bs=4096 skip=1000 count=1 2>/dev/null | sha256sum | cut -d' ' -f1; sha256sum /data/big.bin | cut -d' ' -f1", podOpts{})
 	if out, want := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute), string(data)+pageSum+"\n"+bigSum+"\n"; out != want {
 		t.Fatalf("pod read %q, want %q", out, want)
+	}
+	// The local cluster's template bounds the staging emptyDir at 2Gi: the
+	// mounter stays within nine tenths of it, less the 64 MiB read cache.
+	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range pods.Items {
+		if p.Annotations[spec.AnnotationVolume] == bucket {
+			found = true
+			if args := p.Spec.Containers[0].Args; !slices.Contains(args, "--staging-limit-mib=1779") {
+				t.Errorf("mounter %s runs with %q, want --staging-limit-mib=1779", p.Name, args)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no mounter pod for volume %s", bucket)
 	}
 }
 
