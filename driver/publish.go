@@ -58,7 +58,7 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	switch {
 	case errors.Is(err, launcher.ErrIncompatible):
 		return nil, status.Errorf(codes.AlreadyExists, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
-	case errors.Is(err, launcher.ErrFailed):
+	case errors.Is(err, launcher.ErrFailed), errors.Is(err, spec.ErrUnfit):
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
 	case errors.Is(err, launcher.ErrNotReady):
 		return nil, status.Errorf(codes.DeadlineExceeded, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)

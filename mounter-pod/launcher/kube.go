@@ -54,9 +54,7 @@ func (k *Kube) Launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	}
 	want, err := k.Template.Pod(m, k.Namespace, hostname)
 	if err != nil {
-		// The template and the volume's parameters do not fit: no retry
-		// mends that.
-		return "", fmt.Errorf("%w: %v", ErrFailed, err)
+		return "", err
 	}
 	pod, err := k.ensurePod(ctx, want)
 	if err != nil {

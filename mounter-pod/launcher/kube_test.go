@@ -185,8 +185,8 @@ func TestKubeLaunchImpossibleMounter(t *testing.T) {
 	m := testMounter()
 	m.Volume.Mount.ReadCacheMiB = 1000
 	_, err := k.Launch(context.Background(), m, nil)
-	if !errors.Is(err, launcher.ErrFailed) || !strings.Contains(err.Error(), "readCacheMiB 1000") {
-		t.Fatalf("Launch: %v, want ErrFailed naming readCacheMiB", err)
+	if !errors.Is(err, spec.ErrUnfit) || !strings.Contains(err.Error(), "stagingSizeLimit 1Gi") || !strings.Contains(err.Error(), "readCacheMiB 1000") {
+		t.Fatalf("Launch: %v, want ErrUnfit naming stagingSizeLimit and readCacheMiB", err)
 	}
 	pods, _ := kc.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if len(pods.Items) != 0 {

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -221,33 +222,50 @@ func beforeSource(args []string, flags ...string) []string {
 
 // stagingLimitMiB is how much objfuse-mount may keep in its staging
 // emptyDir when the pod bounds that (the template's stagingSizeLimit, or
-// an ephemeral-storage limit): a tenth for logs and slack, and the read
-// cache's share, come off. Past its limit objfuse-mount answers writers
-// ENOSPC; past the pod's, kubelet would evict the pod, and the mount
-// would break. bounded is false when nothing bounds the emptyDir.
+// an ephemeral-storage limit, the smaller): a tenth (at least 64 MiB) for
+// logs and slack, and the read cache's share, come off, and the result
+// never exceeds objfuse-mount's own default. Past its limit objfuse-mount
+// answers writers ENOSPC; past the pod's, kubelet would evict the pod,
+// and the mount would break. bounded is false when nothing bounds the
+// emptyDir (a zero sizeLimit is none, as for kubelet).
 func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (limit int64, bounded bool, err error) {
-	var bound *resource.Quantity
+	var bound resource.Quantity
+	what := ""
 	if t.StagingSizeLimit != "" {
-		q := resource.MustParse(t.StagingSizeLimit)
-		bound = &q
+		if q := resource.MustParse(t.StagingSizeLimit); q.Sign() > 0 {
+			bound, what = q, "stagingSizeLimit "+q.String()
+		}
 	}
-	if q, ok := res.Limits[corev1.ResourceEphemeralStorage]; ok && (bound == nil || q.Cmp(*bound) < 0) {
-		bound = &q
+	if q, ok := res.Limits[corev1.ResourceEphemeralStorage]; ok && q.Sign() > 0 && (what == "" || q.Cmp(bound) < 0) {
+		bound, what = q, "ephemeral-storage limit "+q.String()
 	}
-	if bound == nil {
+	if what == "" {
 		return 0, false, nil
 	}
-	usableMiB := bound.Value() / 10 * 9 >> 20
-	usable := usableMiB - int64(m.Volume.Mount.ReadCacheMiB)
-	if usable < minStagingMiB {
-		return 0, false, fmt.Errorf("the mounter's staging space (%s, nine tenths usable) leaves %d MiB for staging beside readCacheMiB %d; at least %d are needed: raise stagingSizeLimit (or the ephemeral-storage limit) or lower readCacheMiB",
-			bound.String(), max(usable, 0), m.Volume.Mount.ReadCacheMiB, minStagingMiB)
+	boundMiB := bound.Value() >> 20
+	usableMiB := boundMiB - max(boundMiB/10, stagingSlackMiB)
+	limit = usableMiB - int64(m.Volume.Mount.ReadCacheMiB)
+	if limit < minStagingMiB {
+		return 0, false, fmt.Errorf("%w: the mounter's %s leaves %d MiB for staging files beside readCacheMiB %d, and at least %d are needed: raise it, or set readCacheMiB to at most %d",
+			ErrUnfit, what, max(limit, 0), m.Volume.Mount.ReadCacheMiB, minStagingMiB, max(usableMiB-minStagingMiB, 0))
 	}
-	return usable, true, nil
+	return min(limit, defaultStagingMiB), true, nil
 }
 
-// minStagingMiB is the least staging space a mounter is started with.
-const minStagingMiB = 64
+// ErrUnfit: the mounter template and the volume's parameters do not fit
+// together; no retry mends that.
+var ErrUnfit = errors.New("no mounter fits")
+
+const (
+	// minStagingMiB is the least staging space a mounter is started with.
+	minStagingMiB = 64
+	// stagingSlackMiB is the least left over for logs beside the staging
+	// and read cache files: kubelet keeps up to 5 container logs of 10 MiB.
+	stagingSlackMiB = 64
+	// defaultStagingMiB is objfuse-mount's own --staging-limit-mib
+	// default, which a bound only ever lowers.
+	defaultStagingMiB = 10240
+)
 
 func overrideResources(res *corev1.ResourceRequirements, m Mounter) error {
 	if v := m.Volume.Mounter.MemoryLimit; v != "" {

@@ -54,8 +54,9 @@ func TestMounterPodMetrics(t *testing.T) {
 
 // When the pod bounds its staging emptyDir (stagingSizeLimit, or an
 // ephemeral-storage limit), objfuse-mount is told to stay within nine
-// tenths of it, less the read cache's share: a full staging area must be
-// ENOSPC to a writer, not the pod's eviction, which breaks the mount.
+// tenths of it (at least 64 MiB off), less the read cache's share, and
+// never above its default: a full staging area must be ENOSPC to a
+// writer, not the pod's eviction, which breaks the mount.
 func TestMounterStagingLimit(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -66,11 +67,14 @@ func TestMounterStagingLimit(t *testing.T) {
 		wantErrHas string
 	}{
 		{name: "unbounded", wantFlag: ""},
-		{name: "sizeLimit", sizeLimit: "2Gi", wantFlag: "--staging-limit-mib=1843"},
-		{name: "sizeLimit less the read cache", sizeLimit: "2Gi", readCache: 1024, wantFlag: "--staging-limit-mib=819"},
-		{name: "ephemeral-storage limit", ephemeral: "1Gi", wantFlag: "--staging-limit-mib=921"},
-		{name: "the smaller of both", sizeLimit: "1Gi", ephemeral: "10Gi", wantFlag: "--staging-limit-mib=921"},
-		{name: "no room beside the read cache", sizeLimit: "1Gi", readCache: 900, wantErrHas: "readCacheMiB 900"},
+		{name: "zero sizeLimit is none", sizeLimit: "0", wantFlag: ""},
+		{name: "sizeLimit", sizeLimit: "2Gi", wantFlag: "--staging-limit-mib=1844"},
+		{name: "sizeLimit less the read cache", sizeLimit: "2Gi", readCache: 1024, wantFlag: "--staging-limit-mib=820"},
+		{name: "ephemeral-storage limit", ephemeral: "1Gi", wantFlag: "--staging-limit-mib=922"},
+		{name: "the smaller of both", sizeLimit: "1Gi", ephemeral: "10Gi", wantFlag: "--staging-limit-mib=922"},
+		{name: "at least 64 MiB for logs", ephemeral: "500Mi", wantFlag: "--staging-limit-mib=436"},
+		{name: "never above the default", sizeLimit: "100Gi", wantFlag: "--staging-limit-mib=10240"},
+		{name: "no room beside the read cache", sizeLimit: "1Gi", readCache: 900, wantErrHas: "stagingSizeLimit 1Gi leaves 22 MiB for staging files beside readCacheMiB 900, and at least 64 are needed: raise it, or set readCacheMiB to at most 858"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
