@@ -108,7 +108,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // writeFailed records a failure that loses written data, so that close and
 // fsync report it too.
 func (n *fileNode) writeFailed(err error) syscall.Errno {
-	if e, ok := err.(syscall.Errno); ok && (e == syscall.ENOSPC || e == syscall.EFBIG) {
+	// A full staging disk comes wrapped in the file's *PathError.
+	if e := syscall.Errno(0); errors.As(err, &e) && (e == syscall.ENOSPC || e == syscall.EDQUOT || e == syscall.EFBIG) {
 		return e // nothing was written; what came before is intact
 	}
 	if n.err == nil && (errors.Is(err, store.ErrUnavailable) || n.stream != nil) {

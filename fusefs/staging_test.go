@@ -1,0 +1,68 @@
+package fusefs_test
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
+)
+
+// A staging file that cannot grow (past StagingLimit, or on a full disk)
+// fails the write with ENOSPC, not EIO, and loses nothing written before
+// it: closing the file uploads all of that.
+func TestStagingFullIsENOSPC(t *testing.T) {
+	const room = 1 << 20
+	tests := []struct {
+		name string
+		opts func(t *testing.T) fusefs.Options
+	}{
+		{"past the staging limit", func(t *testing.T) fusefs.Options {
+			return fusefs.Options{StagingLimit: room}
+		}},
+		{"on a full disk", func(t *testing.T) fusefs.Options {
+			dir := t.TempDir()
+			if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+				t.Fatalf("mount a 1 MiB tmpfs (as root, like the FUSE mounts): %v", err)
+			}
+			t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+			return fusefs.Options{StagingDir: dir}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := memstore.New()
+			dir := mountFS(t, st, tc.opts(t))
+			p := filepath.Join(dir, "f")
+			h, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			// An overwrite moves the file to staging; then it grows there.
+			chunk := randomBytes(64 << 10)
+			if _, err := h.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.WriteAt(chunk[:10], 0); err != nil {
+				t.Fatal(err)
+			}
+			var want []byte
+			want = append(want, chunk...)
+			var werr error
+			for len(want) <= 2*room {
+				if _, werr = h.Write(chunk); werr != nil {
+					break
+				}
+				want = append(want, chunk...)
+			}
+			wantErrno(t, "a write past the room for staging", werr, syscall.ENOSPC)
+			if err := h.Close(); err != nil {
+				t.Fatalf("close after ENOSPC: %v", err)
+			}
+			sameBytes(t, "stored", stored(t, st, "f"), want)
+		})
+	}
+}
