@@ -42,7 +42,7 @@ type Options struct {
 	// StagingDir holds local copies of files being randomly written;
 	// StagingLimit bounds their total size (ENOSPC beyond it).
 	StagingDir   string
-	StagingLimit int64
+	StagingLimit int64 // default DefaultStagingLimit
 	// MaxRenameObjects bounds a directory rename; beyond it rename returns
 	// EXDEV so that mv falls back to copy and delete.
 	MaxRenameObjects int
@@ -62,6 +62,9 @@ type Options struct {
 	NoSplice bool
 	Logger   *slog.Logger
 }
+
+// DefaultStagingLimit is StagingLimit when none is given.
+const DefaultStagingLimit = 10 << 30
 
 // WithDefaults returns o with every unset field set to its default.
 func (o Options) WithDefaults() Options {
@@ -93,7 +96,7 @@ func (o Options) WithDefaults() Options {
 		o.ReadCacheDir = o.StagingDir
 	}
 	if o.StagingLimit == 0 {
-		o.StagingLimit = 10 << 30
+		o.StagingLimit = DefaultStagingLimit
 	}
 	if o.MaxRenameObjects == 0 {
 		o.MaxRenameObjects = 10000

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/fusefs"
 )
 
 // Labels and annotations objfuse puts on mounter pods and Secrets.
@@ -249,7 +250,7 @@ func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (l
 		return 0, false, fmt.Errorf("%w: the mounter's %s leaves %d MiB for staging files beside readCacheMiB %d, and at least %d are needed: raise it, or set readCacheMiB to at most %d",
 			ErrUnfit, what, max(limit, 0), m.Volume.Mount.ReadCacheMiB, minStagingMiB, max(usableMiB-minStagingMiB, 0))
 	}
-	return min(limit, defaultStagingMiB), true, nil
+	return min(limit, fusefs.DefaultStagingLimit>>20), true, nil
 }
 
 // ErrUnfit: the mounter template and the volume's parameters do not fit
@@ -262,9 +263,6 @@ const (
 	// stagingSlackMiB is the least left over for logs beside the staging
 	// and read cache files: kubelet keeps up to 5 container logs of 10 MiB.
 	stagingSlackMiB = 64
-	// defaultStagingMiB is objfuse-mount's own --staging-limit-mib
-	// default, which a bound only ever lowers.
-	defaultStagingMiB = 10240
 )
 
 func overrideResources(res *corev1.ResourceRequirements, m Mounter) error {
