@@ -15,3 +15,10 @@ func HoldsListing(f *FS, name string) bool {
 	defer d.mu.Unlock()
 	return d.listCache != nil
 }
+
+// SetMaxParts lowers S3's limit on the parts of one upload, so that tests
+// reach it cheaply. Call it before writing.
+func SetMaxParts(f *FS, n int) { f.maxParts = n }
+
+// StagedBytes is what staging files (spooled parts included) take now.
+func StagedBytes(f *FS) int64 { return f.staged.Load() }

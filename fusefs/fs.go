@@ -36,6 +36,8 @@ type FS struct {
 	memoryStalled  atomic.Bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
+	// maxParts is S3's limit on the parts of one upload; tests lower it.
+	maxParts int
 
 	bufOnce sync.Once
 	bufs    *buffers
@@ -86,6 +88,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
 	f.reorderWait = reorderWait
+	f.maxParts = store.MaxParts
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true
 	}

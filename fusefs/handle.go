@@ -83,13 +83,17 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	if n.stream != nil {
-		err := n.stream.write(ctx, data, n.attr.metadata())
-		if errors.Is(err, errNoMemory) {
-			if err = n.toStaging(ctx); err == nil {
-				n.fsys.stats.MemorySpills.Add(1) // and the write goes there, below
+		k, err := n.stream.write(ctx, data, n.attr.metadata())
+		switch _, full := noRoom(err); {
+		case errors.Is(err, errNoMemory):
+			if err := n.toStaging(ctx); err != nil {
+				return 0, n.writeFailed(err)
 			}
-		}
-		if err != nil {
+			n.fsys.stats.MemorySpills.Add(1) // and the write goes there, below
+		case full && k > 0:
+			// A short write keeps what fit; the next write hears why.
+			data = data[:k]
+		case err != nil:
 			return 0, n.writeFailed(err)
 		}
 	}
@@ -108,8 +112,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // writeFailed records a failure that loses written data, so that close and
 // fsync report it too.
 func (n *fileNode) writeFailed(err error) syscall.Errno {
-	// A full staging disk comes wrapped in the file's *PathError.
-	if e := syscall.Errno(0); errors.As(err, &e) && (e == syscall.ENOSPC || e == syscall.EDQUOT || e == syscall.EFBIG) {
+	if e, full := noRoom(err); full {
 		return e // nothing was written; what came before is intact
 	}
 	if n.err == nil && (errors.Is(err, store.ErrUnavailable) || n.stream != nil) {
@@ -117,6 +120,17 @@ func (n *fileNode) writeFailed(err error) syscall.Errno {
 	}
 	n.fsys.opts.Logger.Error("write failed", "key", n.key(), "err", err)
 	return syscall.EIO
+}
+
+// noRoom reports whether err is a full staging disk (ENOSPC, EDQUOT; it
+// comes wrapped in the file's *PathError) or a file at the most S3 takes
+// (EFBIG): the write failed without losing anything written before.
+func noRoom(err error) (syscall.Errno, bool) {
+	e := syscall.Errno(0)
+	if errors.As(err, &e) && (e == syscall.ENOSPC || e == syscall.EDQUOT || e == syscall.EFBIG) {
+		return e, true
+	}
+	return 0, false
 }
 
 // Flush runs on every close(2): the object is complete when close returns.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -38,16 +39,25 @@ type stream struct {
 	held   int64
 	size   int64 // bytes written so far
 	upload store.Upload
-	part   int
+	part   int // parts sent
 
-	// inflight are parts being uploaded; each holds its buffer until done.
+	// spool holds the part being filled once parts outgrow PartSize (past
+	// nine tenths of S3's part count, see store.GrowingPartSize): a
+	// staging file, so that memory stays within the limit however large
+	// the parts get. spoolLen bytes of it are the part's.
+	spool    *stagingFile
+	spoolLen int64
+
+	// inflight are parts being uploaded; each holds its buffer or spool
+	// file until done.
 	inflight []*partUpload
 	mu       sync.Mutex
 	err      error
 }
 
 type partUpload struct {
-	buf  *[]byte
+	buf  *[]byte      // a part sent from memory, or
+	file *stagingFile // one sent from a spool file
 	done chan struct{}
 }
 
@@ -59,51 +69,105 @@ func (s *stream) failed() error {
 	return s.err
 }
 
-// write appends p. It returns errNoMemory (with nothing written) when the
-// stream cannot get a buffer; the caller then moves the file to staging.
-func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) error {
+// write appends p and returns how much of it was taken: all of it, or
+// (with the error) what fit before the file reached the most S3 takes in
+// one object (EFBIG) or the staging disk filled (ENOSPC). It returns
+// errNoMemory (with nothing written) when the stream cannot get a buffer;
+// the caller then moves the file to staging.
+func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) (int, error) {
 	if err := s.failed(); err != nil {
-		return err
+		return 0, err
 	}
 	partSize := s.fsys.opts.PartSize
+	written := 0
 	for len(p) > 0 {
-		if s.pooled == nil && len(s.buf)+len(p) > smallFileLimit {
-			b := s.fsys.partBuffers().getForWrite(ctx)
-			if b == nil {
-				if s.upload == nil {
-					return errNoMemory
-				}
-				// Reuse our own oldest part's buffer once it is sent.
-				b = s.reclaim()
-				if b == nil {
-					return s.failed()
-				}
-			}
-			s.pooled = b
-			s.buf = append((*b)[:0], s.buf...)
-			s.freeSmall()
+		limit := store.GrowingPartSize(s.part+1, s.fsys.maxParts, int64(partSize))
+		room := limit - s.partLen()
+		if room == 0 {
+			// Only the last part S3 allows is ever left full: it goes
+			// up on close.
+			return written, syscall.EFBIG
 		}
-		if s.pooled == nil {
-			if err := s.growSmall(ctx, len(s.buf)+len(p)); err != nil {
-				return err
+		n := int(min(int64(len(p)), room))
+		if limit > int64(partSize) {
+			if err := s.writeSpool(p[:n]); err != nil {
+				return written, err
 			}
+		} else if err := s.writeBuffer(ctx, p[:n]); err != nil {
+			return written, err
 		}
-		n := min(len(p), partSize-len(s.buf))
-		s.buf = append(s.buf, p[:n]...)
 		p = p[n:]
+		written += n
 		s.size += int64(n)
-		if len(s.buf) == partSize {
-			if s.part+1 >= store.MaxParts {
-				// S3 allows 10,000 parts and the last is kept for close;
-				// larger files need a larger --part-size-mib.
-				return syscall.EFBIG
-			}
+		if s.partLen() == limit && s.part+1 < s.fsys.maxParts {
 			if err := s.sendPart(ctx, meta); err != nil {
-				return err
+				return written, err
 			}
 		}
 	}
+	return written, nil
+}
+
+// partLen is how much of the part being filled is written.
+func (s *stream) partLen() int64 {
+	if s.spool != nil {
+		return s.spoolLen
+	}
+	return int64(len(s.buf))
+}
+
+// writeBuffer appends p (no more than the part's room) to the part in
+// memory.
+func (s *stream) writeBuffer(ctx context.Context, p []byte) error {
+	if s.pooled == nil && len(s.buf)+len(p) > smallFileLimit {
+		b := s.fsys.partBuffers().getForWrite(ctx)
+		if b == nil {
+			if s.upload == nil {
+				return errNoMemory
+			}
+			// Reuse our own oldest part's buffer once it is sent.
+			b = s.reclaim()
+			if b == nil {
+				return s.failed()
+			}
+		}
+		s.pooled = b
+		s.buf = append((*b)[:0], s.buf...)
+		s.freeSmall()
+	}
+	if s.pooled == nil {
+		if err := s.growSmall(ctx, len(s.buf)+len(p)); err != nil {
+			return err
+		}
+	}
+	s.buf = append(s.buf, p...)
 	return nil
+}
+
+// writeSpool appends p to the part being filled on disk.
+func (s *stream) writeSpool(p []byte) error {
+	if s.spool == nil {
+		st, err := s.fsys.newStaging()
+		if err != nil {
+			return err
+		}
+		s.spool, s.spoolLen = st, 0
+	}
+	for {
+		err := s.spool.WriteAt(p, s.spoolLen)
+		if errors.Is(err, syscall.ENOSPC) && len(s.inflight) > 0 {
+			// Parts going up give their room back: wait for the oldest.
+			if err := s.retireOldest(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		s.spoolLen += int64(len(p))
+		return nil
+	}
 }
 
 // smallFileUnit rounds what a small file's buffer takes of the memory
@@ -140,9 +204,11 @@ func (s *stream) freeSmall() {
 	}
 }
 
-// sendPart starts the upload of the filled buffer and gives the stream a
-// new one: from the pool if memory allows, else its own oldest part's
-// buffer once that part is sent. Per-file parallelism is Concurrency.
+// sendPart starts the upload of the part being filled. A part in memory
+// gives the stream a new buffer, from the pool if memory allows, else its
+// own oldest part's buffer once that part is sent; a part in a spool file
+// waits until fewer than Concurrency parts are in flight (they take disk,
+// not memory). Per-file parallelism is Concurrency.
 func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 	if s.upload == nil {
 		u, err := s.fsys.store.NewUpload(ctx, s.key(), meta)
@@ -151,15 +217,28 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 		}
 		s.upload = u
 	}
+	p := &partUpload{done: make(chan struct{})}
+	var body io.ReaderAt
+	var size int64
+	if s.spool != nil {
+		for len(s.inflight) >= s.fsys.opts.Concurrency {
+			if err := s.retireOldest(); err != nil {
+				return err
+			}
+		}
+		p.file, body, size = s.spool, s.spool.f, s.spoolLen
+		s.spool, s.spoolLen = nil, 0
+	} else {
+		p.buf, body, size = s.pooled, bytes.NewReader(s.buf), int64(len(s.buf))
+		s.buf, s.pooled = nil, nil
+	}
 	s.part++
-	p := &partUpload{buf: s.pooled, done: make(chan struct{})}
-	data, number, upload := s.buf, s.part, s.upload
+	number, upload := s.part, s.upload
 	s.inflight = append(s.inflight, p)
-	s.buf, s.pooled = nil, nil
 	go func() {
 		defer close(p.done)
 		// Parts outlive the FUSE request that filled them.
-		if err := upload.PutPart(context.WithoutCancel(ctx), number, data); err != nil {
+		if err := upload.PutPart(context.WithoutCancel(ctx), number, body, size); err != nil {
 			s.mu.Lock()
 			if s.err == nil {
 				s.err = err
@@ -167,6 +246,9 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 			s.mu.Unlock()
 		}
 	}()
+	if p.file != nil || store.GrowingPartSize(s.part+1, s.fsys.maxParts, int64(s.fsys.opts.PartSize)) > int64(s.fsys.opts.PartSize) {
+		return nil // the next part is spooled too
+	}
 	var next *[]byte
 	if len(s.inflight) < s.fsys.opts.Concurrency {
 		next = s.fsys.partBuffers().tryGet()
@@ -183,24 +265,46 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 
 // reclaim waits for the oldest in-flight part and takes its buffer.
 func (s *stream) reclaim() *[]byte {
-	if len(s.inflight) == 0 {
-		return nil
+	for len(s.inflight) > 0 {
+		p := s.inflight[0]
+		s.inflight = s.inflight[1:]
+		<-p.done
+		if s.failed() != nil {
+			s.free(p)
+			return nil
+		}
+		if p.buf != nil {
+			return p.buf
+		}
+		s.free(p) // a spooled part: no buffer to reuse
 	}
+	return nil
+}
+
+// retireOldest waits for the oldest in-flight part and frees what it held.
+func (s *stream) retireOldest() error {
 	p := s.inflight[0]
 	s.inflight = s.inflight[1:]
 	<-p.done
-	if s.failed() != nil {
+	s.free(p)
+	return s.failed()
+}
+
+// free gives back what a finished part held.
+func (s *stream) free(p *partUpload) {
+	if p.buf != nil {
 		s.fsys.partBuffers().put(p.buf)
-		return nil
 	}
-	return p.buf
+	if p.file != nil {
+		p.file.Close()
+	}
 }
 
 // wait waits for every in-flight part and frees their buffers.
 func (s *stream) wait() error {
 	for _, p := range s.inflight {
 		<-p.done
-		s.fsys.partBuffers().put(p.buf)
+		s.free(p)
 	}
 	s.inflight = nil
 	return s.failed()
@@ -221,7 +325,7 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 		o.Size = s.size
 		return o, nil
 	}
-	if len(s.buf) > 0 {
+	if s.partLen() > 0 {
 		if err := s.sendPart(ctx, meta); err != nil {
 			s.abort()
 			return store.Object{}, err
@@ -266,11 +370,20 @@ func (s *stream) release() {
 	}
 	s.buf = nil
 	s.freeSmall()
+	if s.spool != nil {
+		s.spool.Close()
+		s.spool, s.spoolLen = nil, 0
+	}
 }
 
 // memoryHeld is what the stream takes of the memory limit.
 func (s *stream) memoryHeld() int64 {
-	n := s.held + int64(len(s.inflight)*s.fsys.opts.PartSize)
+	n := s.held
+	for _, p := range s.inflight {
+		if p.buf != nil {
+			n += int64(s.fsys.opts.PartSize)
+		}
+	}
 	if s.pooled != nil {
 		n += int64(s.fsys.opts.PartSize)
 	}

@@ -14,6 +14,8 @@ var (
 	ErrAccess      = errors.New("access denied")
 	ErrUnavailable = errors.New("object store unavailable")
 	ErrInvalid     = errors.New("invalid request")
+	// ErrTooLarge: more than S3 takes in one object.
+	ErrTooLarge = errors.New("object too large")
 )
 
 // Errno maps a Store error to the errno the filesystem returns for it.
@@ -33,6 +35,8 @@ func Errno(err error) syscall.Errno {
 		return syscall.EACCES
 	case errors.Is(err, ErrInvalid):
 		return syscall.EINVAL
+	case errors.Is(err, ErrTooLarge):
+		return syscall.EFBIG
 	default:
 		return syscall.EIO
 	}

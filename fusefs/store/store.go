@@ -81,16 +81,13 @@ type PipeSource interface {
 // Upload is an in-progress multipart upload. Part numbers start at 1 and
 // every part but the last must be at least MinPartSize bytes.
 type Upload interface {
-	PutPart(ctx context.Context, number int, data []byte) error
+	// PutPart sends the first size bytes of part as part number: a
+	// buffer (bytes.Reader) or a file on disk, read at least twice (for
+	// its checksum, then on the wire).
+	PutPart(ctx context.Context, number int, part io.ReaderAt, size int64) error
 	Complete(ctx context.Context) (Object, error)
 	Abort(ctx context.Context) error
 }
-
-// MinPartSize is S3's lower bound for every multipart part but the last.
-const MinPartSize = 5 << 20
-
-// MaxParts is S3's upper bound on the number of parts of one upload.
-const MaxParts = 10000
 
 // Name is the key or prefix the entry stands for.
 func (e Entry) Name() string {

@@ -200,16 +200,20 @@ type upload struct {
 	done  bool
 }
 
-func (u *upload) PutPart(ctx context.Context, number int, data []byte) error {
+func (u *upload) PutPart(ctx context.Context, number int, part io.ReaderAt, size int64) error {
 	if err := u.s.fail("putpart", u.key); err != nil {
 		return err
+	}
+	data := make([]byte, size)
+	if n, err := part.ReadAt(data, 0); int64(n) < size {
+		return fmt.Errorf("put part %d of %q: read %d of %d bytes: %w", number, u.key, n, size, err)
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.done {
 		return fmt.Errorf("put part %d of %q: upload finished: %w", number, u.key, store.ErrInvalid)
 	}
-	u.parts[number] = bytes.Clone(data)
+	u.parts[number] = data
 	return nil
 }
 

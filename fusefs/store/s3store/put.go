@@ -95,16 +95,17 @@ func checksummed(r io.Reader, size int64) (io.ReadSeeker, uint32, error) {
 	return bytes.NewReader(data), crc32.Checksum(data, castagnoli), nil
 }
 
-// putParts uploads r as parts of PartSize, up to Concurrency at a time.
+// putParts uploads r as parts of PartSize (larger when size needs more
+// than S3's 10,000 of them), up to Concurrency at a time.
 // A file (an io.ReaderAt: the staging files) is sent straight from its
 // sections, read once for the checksum and once on the wire, so that a
 // large upload holds no memory: files are staged precisely when memory is
 // short. Any other reader is read into Concurrency part buffers in turn.
 // The upload is aborted on any failure: nothing of it stays.
 func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
-	partSize := int64(s.cfg.PartSize)
-	if parts := (size + partSize - 1) / partSize; parts > store.MaxParts {
-		return store.Object{}, fmt.Errorf("put %q: %d bytes need %d parts of %d, above S3's %d", key, size, parts, partSize, store.MaxParts)
+	partSize, err := store.PartSizeFor(size, s.maxParts, int64(s.cfg.PartSize))
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	up, err := s.NewUpload(ctx, key, meta)
 	if err != nil {

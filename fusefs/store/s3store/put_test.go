@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
@@ -170,4 +171,43 @@ func (f *failingReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		return 0, f.err
 	}
 	return copy(p, f.data[off:]), nil
+}
+
+// A staged file larger than S3's part count times PartSize goes up in
+// larger parts instead of failing: with the limit lowered to 4 parts,
+// 22 MiB goes as 4 parts of 6 MiB (5.5 rounded up to whole MiB).
+func TestPutGrowsPartsPastS3sPartCount(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	st := partStore(t, srv.Config(), bucket)
+	s3store.SetMaxParts(st, 4)
+	data := make([]byte, 22<<20)
+	rand.Read(data)
+	path := filepath.Join(t.TempDir(), "staging")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := st.Put(t.Context(), "big", io.NewSectionReader(f, 0, int64(len(data))), int64(len(data)), nil); err != nil {
+		t.Fatalf("put 22 MiB in at most 4 parts: %v", err)
+	}
+	info, err := srv.Client().StatObject(t.Context(), bucket, "big", minio.StatObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(info.ETag, "-4") || info.Size != int64(len(data)) {
+		t.Errorf("stored %d bytes with ETag %s, want %d bytes in 4 parts", info.Size, info.ETag, len(data))
+	}
+	obj, err := srv.Client().GetObject(t.Context(), bucket, "big", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	if got, err := io.ReadAll(obj); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("stored bytes differ (%v)", err)
+	}
 }

@@ -28,6 +28,8 @@ type Store struct {
 	// raw sends the ranged GETs whose bodies can splice; nil when the
 	// endpoint is HTTPS or proxied.
 	raw *rawGetTransport
+	// maxParts is S3's limit on parts; tests lower it.
+	maxParts int
 }
 
 // New returns a Store for bucket. It makes no request; call Check to
@@ -50,7 +52,7 @@ func NewWithClient(c *minio.Client, bucket string, cfg Config) *Store {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 4
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg}
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg, maxParts: store.MaxParts}
 }
 
 // Splices reports whether Get bodies can splice into a pipe

@@ -1,10 +1,8 @@
 package s3store
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"slices"
@@ -35,8 +33,12 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 	return &upload{s: s, key: key, id: id, meta: meta}, nil
 }
 
-func (u *upload) PutPart(ctx context.Context, number int, data []byte) error {
-	return u.putPart(ctx, number, bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli))
+func (u *upload) PutPart(ctx context.Context, number int, part io.ReaderAt, size int64) error {
+	body, sum, err := checksummed(io.NewSectionReader(part, 0, size), size)
+	if err != nil {
+		return fmt.Errorf("part %d of %q: %w", number, u.key, err)
+	}
+	return u.putPart(ctx, number, body, size, sum)
 }
 
 // putPart sends size bytes of body, whose CRC32C is sum, as part number.

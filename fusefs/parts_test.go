@@ -1,0 +1,81 @@
+package fusefs_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+)
+
+// A file streamed past nine tenths of S3's part count goes on in larger
+// parts, spooled on disk, instead of stopping at parts × PartSize (78 GiB
+// with 8 MiB parts). At the last part S3 allows, a write is short and
+// the next one is EFBIG; what was written is stored whole. With S3's
+// limit lowered to 20 parts of 5 MiB: 18 of 5 MiB, then 10 and 20 MiB.
+func TestStreamGrowsItsPartsPastS3sPartCount(t *testing.T) {
+	const mib = 1 << 20
+	const capacity = 18*5*mib + 10*mib + 20*mib
+	tests := []struct {
+		name   string
+		write  int // bytes the test tries to write
+		stored int
+		parts  int
+	}{
+		{"ends in a spooled part", 95*mib + 123, 95*mib + 123, 19},
+		{"fills every part S3 allows", capacity + mib, capacity, 20},
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					st := b.fresh(t)
+					f, dir := mountFSOf(t, st, fusefs.Options{Concurrency: 2})
+					fusefs.SetMaxParts(f, 20)
+					h, err := os.Create(filepath.Join(dir, "big"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					data := randomBytes(tc.write)
+					var written int
+					var werr error
+					for written < len(data) && werr == nil {
+						var k int
+						k, werr = h.Write(data[written:min(written+mib, len(data))])
+						written += k
+					}
+					if tc.stored < tc.write {
+						wantErrno(t, "a write past the last part S3 allows", werr, syscall.EFBIG)
+					} else if werr != nil {
+						t.Fatalf("write: %v", werr)
+					}
+					if written != tc.stored {
+						t.Errorf("wrote %d bytes, want %d", written, tc.stored)
+					}
+					if err := h.Close(); err != nil {
+						t.Fatalf("close: %v", err)
+					}
+					sameBytes(t, "stored", stored(t, st, "big"), data[:tc.stored])
+					if n := fusefs.StagedBytes(f); n != 0 {
+						t.Errorf("staging files still take %d bytes after close", n)
+					}
+					if s3, ok := st.(*s3store.Store); ok {
+						info, err := s3.Client().StatObject(t.Context(), s3.Bucket(), "big", minio.StatObjectOptions{})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !strings.HasSuffix(info.ETag, "-"+strconv.Itoa(tc.parts)) {
+							t.Errorf("ETag %s: want an upload of %d parts", info.ETag, tc.parts)
+						}
+					}
+				})
+			}
+		})
+	}
+}
