@@ -18,25 +18,30 @@ import (
 // parts, spooled on disk, instead of stopping at parts × PartSize (78 GiB
 // with 8 MiB parts). At the last part S3 allows, a write is short and
 // the next one is EFBIG; what was written is stored whole. With S3's
-// limit lowered to 20 parts of 5 MiB: 18 of 5 MiB, then 10 and 20 MiB.
+// limit lowered to 20 parts of 5 MiB: 18 of 5 MiB, then 10 and 20 MiB,
+// or less when the staging limit is small.
 func TestStreamGrowsItsPartsPastS3sPartCount(t *testing.T) {
 	const mib = 1 << 20
 	const capacity = 18*5*mib + 10*mib + 20*mib
 	tests := []struct {
-		name   string
-		write  int // bytes the test tries to write
-		stored int
-		parts  int
+		name    string
+		staging int64 // the staging limit, if not the default
+		write   int   // bytes the test tries to write
+		stored  int
+		parts   int
 	}{
-		{"ends in a spooled part", 95*mib + 123, 95*mib + 123, 19},
-		{"fills every part S3 allows", capacity + mib, capacity, 20},
+		{"ends in a spooled part", 0, 95*mib + 123, 95*mib + 123, 19},
+		{"fills every part S3 allows", 0, capacity + mib, capacity, 20},
+		// A stream's spool takes at most half the staging limit, over
+		// three parts (two in flight, one filling): 10 MiB parts here.
+		{"a small staging limit caps the parts", 60 * mib, capacity, 18*5*mib + 2*10*mib, 20},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
 					st := b.fresh(t)
-					f, dir := mountFSOf(t, st, fusefs.Options{Concurrency: 2})
+					f, dir := mountFSOf(t, st, fusefs.Options{Concurrency: 2, StagingLimit: tc.staging})
 					fusefs.SetMaxParts(f, 20)
 					h, err := os.Create(filepath.Join(dir, "big"))
 					if err != nil {

@@ -81,11 +81,11 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) (i
 	partSize := s.fsys.opts.PartSize
 	written := 0
 	for len(p) > 0 {
-		limit := store.GrowingPartSize(s.part+1, s.fsys.maxParts, int64(partSize))
-		room := limit - s.partLen()
+		limit := s.partLimit(s.part + 1)
+		room := min(limit-s.partLen(), store.MaxObjectSize-s.size)
 		if room == 0 {
-			// Only the last part S3 allows is ever left full: it goes
-			// up on close.
+			// Only the last part S3 allows is ever left full (it goes up
+			// on close), or the object is as large as S3 takes.
 			return written, syscall.EFBIG
 		}
 		n := int(min(int64(len(p)), room))
@@ -108,6 +108,18 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) (i
 	return written, nil
 }
 
+// partLimit is the size of part number: PartSize, growing once the
+// upload nears S3's part count so that large files fit. The larger parts
+// are spooled on disk; one stream's spool (Concurrency parts in flight
+// and one being filled) takes at most half the staging limit, so other
+// files can still be staged. A smaller staging limit means a smaller
+// largest file: EFBIG at the last part.
+func (s *stream) partLimit(number int) int64 {
+	o := s.fsys.opts
+	largest := o.StagingLimit / 2 / int64(o.Concurrency+1) &^ (1<<20 - 1)
+	return store.GrowingPartSize(number, s.fsys.maxParts, int64(o.PartSize), largest)
+}
+
 // partLen is how much of the part being filled is written.
 func (s *stream) partLen() int64 {
 	if s.spool != nil {
@@ -128,7 +140,10 @@ func (s *stream) writeBuffer(ctx context.Context, p []byte) error {
 			// Reuse our own oldest part's buffer once it is sent.
 			b = s.reclaim()
 			if b == nil {
-				return s.failed()
+				if err := s.failed(); err != nil {
+					return err
+				}
+				return errNoMemory // no part to wait for: go on in staging
 			}
 		}
 		s.pooled = b
@@ -155,7 +170,7 @@ func (s *stream) writeSpool(p []byte) error {
 	}
 	for {
 		err := s.spool.WriteAt(p, s.spoolLen)
-		if errors.Is(err, syscall.ENOSPC) && len(s.inflight) > 0 {
+		if _, full := noRoom(err); full && len(s.inflight) > 0 {
 			// Parts going up give their room back: wait for the oldest.
 			if err := s.retireOldest(); err != nil {
 				return err
@@ -246,7 +261,7 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 			s.mu.Unlock()
 		}
 	}()
-	if p.file != nil || store.GrowingPartSize(s.part+1, s.fsys.maxParts, int64(s.fsys.opts.PartSize)) > int64(s.fsys.opts.PartSize) {
+	if p.file != nil || s.partLimit(s.part+1) > int64(s.fsys.opts.PartSize) {
 		return nil // the next part is spooled too
 	}
 	var next *[]byte

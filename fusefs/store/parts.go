@@ -11,12 +11,18 @@ const MaxPartSize = 5 << 30
 // MaxParts is S3's upper bound on the number of parts of one upload.
 const MaxParts = 10000
 
+// MaxObjectSize is S3's upper bound on one object.
+const MaxObjectSize = 5 << 40
+
 // PartSizeFor is the part size for an upload of size bytes known in
 // advance: base, or more when size would need more than maxParts parts of
 // base, rounded up to whole MiB. A staged file of any size S3 takes can
 // then be uploaded, whatever --part-size-mib says.
 func PartSizeFor(size int64, maxParts int, base int64) (int64, error) {
 	const mib = 1 << 20
+	if size > MaxObjectSize {
+		return 0, fmt.Errorf("%d bytes, above S3's largest object (%d): %w", size, int64(MaxObjectSize), ErrTooLarge)
+	}
 	ps := max(base, (size+int64(maxParts)-1)/int64(maxParts))
 	ps = (ps + mib - 1) / mib * mib
 	if ps > MaxPartSize {
@@ -28,15 +34,16 @@ func PartSizeFor(size int64, maxParts int, base int64) (int64, error) {
 // GrowingPartSize is the size of part number (from 1) of an upload whose
 // size is not known while it goes up, a file streamed as it is written.
 // The first nine tenths of maxParts are base; the last tenth doubles in ten
-// steps, up to MaxPartSize. With 8 MiB parts, files up to 70 GiB keep one
-// part size, and a stream can grow to about 1.3 TiB instead of stopping
-// at 78 GiB (10,000 parts of 8 MiB).
-func GrowingPartSize(number, maxParts int, base int64) int64 {
+// steps, up to largest (and never above MaxPartSize). With 8 MiB parts,
+// files up to 70 GiB keep one part size, and with parts up to 1 GiB a
+// stream can grow to about 570 GiB instead of stopping at 78 GiB (10,000
+// parts of 8 MiB).
+func GrowingPartSize(number, maxParts int, base, largest int64) int64 {
 	fixed := maxParts - maxParts/10
 	if number <= fixed {
 		return base
 	}
 	step := max(1, maxParts/100)
 	doublings := min((number-fixed-1)/step+1, 30)
-	return min(base<<doublings, MaxPartSize)
+	return max(base, min(base<<doublings, largest, MaxPartSize))
 }
