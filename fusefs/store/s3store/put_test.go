@@ -32,6 +32,21 @@ func partStore(t *testing.T, cfg s3store.Config, bucket string) *s3store.Store {
 	return st
 }
 
+// stagedFile is data in a file on disk, read as objfuse reads a staging
+// file.
+func stagedFile(t *testing.T, data []byte) io.Reader {
+	path := filepath.Join(t.TempDir(), "staging")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return io.NewSectionReader(f, 0, int64(len(data)))
+}
+
 // Put stores the same bytes whatever the size (one request up to a part,
 // parts above) and whatever the reader (in memory, a staging file, or a
 // stream that cannot seek), with its metadata.
@@ -41,18 +56,7 @@ func TestPutStoresEveryReaderAndSize(t *testing.T) {
 	st := partStore(t, srv.Config(), bucket)
 	readers := map[string]func(t *testing.T, data []byte) io.Reader{
 		"memory": func(t *testing.T, data []byte) io.Reader { return bytes.NewReader(data) },
-		"file": func(t *testing.T, data []byte) io.Reader {
-			path := filepath.Join(t.TempDir(), "staging")
-			if err := os.WriteFile(path, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close() })
-			return io.NewSectionReader(f, 0, int64(len(data)))
-		},
+		"file":   stagedFile,
 		"stream": func(t *testing.T, data []byte) io.Reader { return io.MultiReader(bytes.NewReader(data)) },
 	}
 	for _, size := range []int{0, 1, 4096, testPartSize, testPartSize + 1, 3*testPartSize + testPartSize/2} {
@@ -183,16 +187,7 @@ func TestPutGrowsPartsPastS3sPartCount(t *testing.T) {
 	s3store.SetMaxParts(st, 4)
 	data := make([]byte, 22<<20)
 	rand.Read(data)
-	path := filepath.Join(t.TempDir(), "staging")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := st.Put(t.Context(), "big", io.NewSectionReader(f, 0, int64(len(data))), int64(len(data)), nil); err != nil {
+	if _, err := st.Put(t.Context(), "big", stagedFile(t, data), int64(len(data)), nil); err != nil {
 		t.Fatalf("put 22 MiB in at most 4 parts: %v", err)
 	}
 	info, err := srv.Client().StatObject(t.Context(), bucket, "big", minio.StatObjectOptions{})
