@@ -11,7 +11,8 @@ const MaxPartSize = 5 << 30
 // MaxParts is S3's upper bound on the number of parts of one upload.
 const MaxParts = 10000
 
-// MaxObjectSize is S3's upper bound on one object.
+// MaxObjectSize is the largest object every S3 server takes: MinIO's
+// limit, and AWS's until it raised its own to 48.8 TiB.
 const MaxObjectSize = 5 << 40
 
 // PartSizeFor is the part size for an upload of size bytes known in
