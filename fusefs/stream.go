@@ -261,8 +261,8 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 			s.mu.Unlock()
 		}
 	}()
-	if p.file != nil || s.partLimit(s.part+1) > int64(s.fsys.opts.PartSize) {
-		return nil // the next part is spooled too
+	if s.partLimit(s.part+1) > int64(s.fsys.opts.PartSize) {
+		return nil // the next part is spooled
 	}
 	var next *[]byte
 	if len(s.inflight) < s.fsys.opts.Concurrency {
@@ -278,22 +278,21 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 	return nil
 }
 
-// reclaim waits for the oldest in-flight part and takes its buffer.
+// reclaim waits for the oldest in-flight part and takes its buffer. Only
+// parts in memory are in flight while the stream fills buffers: spooled
+// parts come after the last of those.
 func (s *stream) reclaim() *[]byte {
-	for len(s.inflight) > 0 {
-		p := s.inflight[0]
-		s.inflight = s.inflight[1:]
-		<-p.done
-		if s.failed() != nil {
-			s.free(p)
-			return nil
-		}
-		if p.buf != nil {
-			return p.buf
-		}
-		s.free(p) // a spooled part: no buffer to reuse
+	if len(s.inflight) == 0 {
+		return nil
 	}
-	return nil
+	p := s.inflight[0]
+	s.inflight = s.inflight[1:]
+	<-p.done
+	if s.failed() != nil {
+		s.free(p)
+		return nil
+	}
+	return p.buf
 }
 
 // retireOldest waits for the oldest in-flight part and frees what it held.
