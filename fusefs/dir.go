@@ -129,6 +129,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, fillEntry(ctx, ch, out) // created here, not uploaded yet
 	}
 	e, found, known := n.cached(name)
+	if found && !known {
+		e, known = n.listedFile(ctx, name, e.fetch)
+	}
 	if !known && n.relist(ctx) {
 		e, found, known = n.cached(name)
 	}

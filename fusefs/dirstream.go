@@ -42,12 +42,18 @@ func (n *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandl
 	return &dirStream{n: n, changed: make(chan struct{}), cancel: func() {}}, 0, 0
 }
 
-// start begins the listing on the first read of the directory. Hold s.mu.
+// start begins the listing on the first read of the directory, and the
+// HEADs of listed files whose metadata the listing lacks. Hold s.mu.
 func (s *dirStream) start() {
 	if s.started {
 		return
 	}
 	s.started = true
+	// The listing and its HEADs outlive the READDIR request that started
+	// them, and end with the open directory.
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.prefetchMetadata(ctx)
 	n := s.n
 	n.mu.Lock()
 	if cached := n.freshListing(); cached != nil && cached.complete {
@@ -71,10 +77,24 @@ func (s *dirStream) start() {
 	l := newArrivingListing()
 	n.listCache = l
 	n.mu.Unlock()
-	// The listing outlives the READDIR request that started it.
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	go s.list(ctx, l)
+}
+
+// prefetchMetadata sends the HEADs of the files the listing shows without
+// metadata, in the order readers get them (see listmeta.go).
+func (s *dirStream) prefetchMetadata(ctx context.Context) {
+	p := newMetaPrefetcher(s.n)
+	for i := 0; ; i++ {
+		ok, _ := s.waitFor(ctx, i)
+		var name string
+		if ok {
+			name = s.entries[i].Name
+		}
+		s.mu.Unlock()
+		if !ok || !p.fetch(ctx, name) {
+			return
+		}
+	}
 }
 
 // list runs the listing, publishing each entry to readers and to the

@@ -22,3 +22,6 @@ func SetMaxParts(f *FS, n int) { f.maxParts = n }
 
 // StagedBytes is what staging files (spooled parts included) take now.
 func StagedBytes(f *FS) int64 { return f.staged.Load() }
+
+// MetaLookahead bounds the HEADs an open directory sends ahead of lookups.
+const MetaLookahead = metaLookahead

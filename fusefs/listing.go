@@ -18,8 +18,10 @@ type dirEntry struct {
 	isDir bool
 	// obj is the file, or the directory's marker object when the listing
 	// showed one. obj.Metadata is nil when the listing did not carry
-	// metadata (servers other than MinIO): then a lookup must HEAD.
-	obj store.Object
+	// metadata (servers other than MinIO): then a lookup must HEAD,
+	// or wait for fetch, the HEAD an open directory sent ahead of it.
+	obj   store.Object
+	fetch *metaFetch
 }
 
 // listing is a directory's cached listing. Lookups answer from it while it
@@ -123,7 +125,8 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 }
 
 // cached answers a lookup from a fresh listing: the entry, or
-// found=false with ENOENT-worthy certainty when known=true.
+// found=false with ENOENT-worthy certainty when known=true. A listed file
+// whose metadata is unknown is found but not known (see listedFile).
 func (n *dirNode) cached(name string) (e dirEntry, found, known bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -136,7 +139,7 @@ func (n *dirNode) cached(name string) (e dirEntry, found, known bool) {
 		return dirEntry{}, false, false
 	}
 	if found && !e.isDir && e.obj.Metadata == nil {
-		return dirEntry{}, false, false // attributes unknown: ask the store
+		return e, true, false // attributes unknown
 	}
 	return e, found, true
 }

@@ -1,0 +1,167 @@
+package fusefs
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// Only MinIO lists objects with their metadata. From AWS S3 and every
+// other server a listed file's mode, owner and mtime are unknown until a
+// HEAD, and READDIRPLUS looks its entries up one after another: a HEAD
+// each, in turn, made `ls -l` of 1,000 files 1,000 round trips end to end
+// (20 s at AWS's latency). An open directory instead sends those HEADs
+// ahead of the reader, several at once, and each lookup waits for its own.
+
+const (
+	// metaFetchers is how many HEADs one open directory has in flight.
+	metaFetchers = 32
+	// metaLookahead bounds the HEADs sent and not yet asked for by a
+	// lookup: a reader that wants only names (READDIR without PLUS, or
+	// `ls | head`) costs at most this many.
+	metaLookahead = 256
+)
+
+// metaFetch is the HEAD of one listed file whose listing carried no
+// metadata. It stays with the listing's entry, which is fresh exactly as
+// long as what the HEAD says.
+type metaFetch struct {
+	done chan struct{}
+	obj  store.Object
+	err  error
+	// used is set by the first lookup that asks for the result; by is the
+	// prefetcher that sent it, which may send one more then.
+	used atomic.Bool
+	by   *metaPrefetcher
+}
+
+// await waits for the HEAD and returns the file it found.
+func (f *metaFetch) await(ctx context.Context) (store.Object, error) {
+	if f.by != nil && !f.used.Swap(true) {
+		f.by.asked()
+	}
+	select {
+	case <-f.done:
+		return f.obj, f.err
+	case <-ctx.Done():
+		return store.Object{}, ctx.Err()
+	}
+}
+
+// metaPrefetcher sends an open directory's HEADs, in listing order (the
+// order READDIRPLUS looks entries up in).
+type metaPrefetcher struct {
+	n     *dirNode
+	slots chan struct{}
+	// sent and used count the HEADs sent and those a lookup asked for;
+	// sent-used stays within metaLookahead.
+	sent, used atomic.Int64
+	wake       chan struct{}
+}
+
+func newMetaPrefetcher(n *dirNode) *metaPrefetcher {
+	return &metaPrefetcher{n: n, slots: make(chan struct{}, metaFetchers), wake: make(chan struct{}, 1)}
+}
+
+func (p *metaPrefetcher) asked() {
+	p.used.Add(1)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fetch sends the HEAD of name if its listing entry needs one, waiting
+// first for room in the lookahead and for a free slot. It returns false
+// when ctx ends.
+func (p *metaPrefetcher) fetch(ctx context.Context, name string) bool {
+	for p.sent.Load()-p.used.Load() >= metaLookahead {
+		select {
+		case <-p.wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	f := p.n.needsFetch(name, p)
+	if f == nil {
+		return true
+	}
+	p.sent.Add(1)
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		f.err = ctx.Err()
+		p.n.fetched(name, f)
+		return false
+	}
+	go func() {
+		defer func() { <-p.slots }()
+		p.n.runFetch(ctx, name, f)
+	}()
+	return true
+}
+
+// needsFetch attaches a new fetch to name's entry in the directory's
+// listing when the entry is a file whose metadata is unknown and nobody
+// is fetching it yet. by is the prefetcher sending it, or nil for a
+// lookup.
+func (n *dirNode) needsFetch(name string, by *metaPrefetcher) *metaFetch {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.listCache
+	if l == nil {
+		return nil
+	}
+	e, ok := l.entries[name]
+	if !ok || e.isDir || e.obj.Metadata != nil || e.fetch != nil {
+		return nil
+	}
+	e.fetch = &metaFetch{done: make(chan struct{}), by: by}
+	l.entries[name] = e
+	return e.fetch
+}
+
+// listedFile completes a lookup of a listed file whose listing carried
+// no metadata: with the HEAD an open directory sent ahead of it, or with
+// one sent now, which the directory's prefetcher then does not repeat.
+// ok=false sends the lookup to the store by name.
+func (n *dirNode) listedFile(ctx context.Context, name string, f *metaFetch) (e dirEntry, ok bool) {
+	if f == nil {
+		if f = n.needsFetch(name, nil); f == nil {
+			return dirEntry{}, false
+		}
+		n.runFetch(ctx, name, f)
+	}
+	obj, err := f.await(ctx)
+	if err != nil {
+		return dirEntry{}, false
+	}
+	return dirEntry{name: name, obj: obj}, true
+}
+
+// runFetch sends f's HEAD and publishes its result.
+func (n *dirNode) runFetch(ctx context.Context, name string, f *metaFetch) {
+	f.obj, f.err = n.fsys.store.Head(ctx, n.key()+name)
+	if f.err == nil && f.obj.Metadata == nil {
+		f.obj.Metadata = map[string]string{} // asked: it has none
+	}
+	n.fetched(name, f)
+}
+
+// fetched publishes f's result. A failed fetch leaves the entry, so that
+// a later reader of the directory tries again; its waiting lookups ask
+// the store by name.
+func (n *dirNode) fetched(name string, f *metaFetch) {
+	if f.err != nil {
+		n.mu.Lock()
+		if l := n.listCache; l != nil {
+			if e, ok := l.entries[name]; ok && e.fetch == f {
+				e.fetch = nil
+				l.entries[name] = e
+			}
+		}
+		n.mu.Unlock()
+	}
+	close(f.done)
+}

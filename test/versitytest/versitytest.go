@@ -1,0 +1,139 @@
+// Package versitytest starts a real Versity S3 Gateway (versitygw, posix
+// backend) for tests: an S3 server other than MinIO, which lists objects
+// without their metadata as AWS S3 does. Like miniotest, a test that needs
+// it fails when it is missing; it is never skipped.
+package versitytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+)
+
+// Version is the versitygw .ci/run installs.
+const Version = "v1.8.0"
+
+// Fixed test credentials, written to a credentials directory.
+const (
+	AccessKey = "objfuse-test"
+	SecretKey = "objfuse-test-secret"
+)
+
+// Server is a running versitygw.
+type Server struct {
+	Endpoint string // http://host:port
+	CredsDir string // holds accessKeyID and secretAccessKey files
+}
+
+// Binary finds versitygw: $VERSITYGW_BIN, $PATH, then $GOPATH/bin.
+func Binary() (string, error) {
+	if b := os.Getenv("VERSITYGW_BIN"); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath("versitygw"); err == nil {
+		return b, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, _ := os.UserHomeDir()
+		gopath = filepath.Join(home, "go")
+	}
+	b := filepath.Join(gopath, "bin", "versitygw")
+	if _, err := os.Stat(b); err != nil {
+		return "", fmt.Errorf("versitygw not found (install with: go install github.com/versity/versitygw/cmd/versitygw@%s): %w", Version, err)
+	}
+	return b, nil
+}
+
+// Start starts versitygw with one bucket and stops it when t ends.
+func Start(t testing.TB, bucket string) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	s := &Server{CredsDir: filepath.Join(dir, "creds")}
+	for _, d := range []string{root, s.CredsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, v := range map[string]string{s3store.AccessKeyFile: AccessKey, s3store.SecretKeyFile: SecretKey} {
+		if err := os.WriteFile(filepath.Join(s.CredsDir, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := freeAddr(t)
+	s.Endpoint = "http://" + addr
+	cmd := exec.Command(bin, "--port", addr, "posix", root)
+	// The server's own root credentials, in its own environment.
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+AccessKey, "ROOT_SECRET_KEY="+SecretKey)
+	cmd.Stderr = os.Stderr // its stdout is a line per request
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	})
+	s.waitReady(t, bucket, exited)
+	return s
+}
+
+// waitReady makes the bucket, retrying until the server answers.
+func (s *Server) waitReady(t testing.TB, bucket string, exited chan struct{}) {
+	c, err := s3store.NewClient(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err = c.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{})
+		var netErr *net.OpError
+		if err == nil || !errors.As(err, &netErr) && minio.ToErrorResponse(err).StatusCode != http.StatusServiceUnavailable {
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatal("versitygw exited during start-up")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw not answering at %s after 30s: %v", s.Endpoint, err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("make bucket %s on versitygw: %v", bucket, err)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Config is an s3store configuration for this server.
+func (s *Server) Config() s3store.Config {
+	return s3store.Config{Endpoint: s.Endpoint, Region: "us-east-1", PathStyle: true, CredentialsDir: s.CredsDir, MaxRetries: 2}
+}
