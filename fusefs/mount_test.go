@@ -15,6 +15,7 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/test/versitytest"
 )
 
 // backend is a store the behaviour suite runs on, with a way to make a
@@ -22,12 +23,29 @@ import (
 type backend struct {
 	name  string
 	fresh func(t *testing.T) store.Store
+	// pathKeys: the server keeps objects as files, so it refuses keys
+	// that are not paths, and a key that is both a file and a directory.
+	pathKeys bool
 }
 
 var (
 	minioOnce   sync.Once
 	minioServer *miniotest.Server
+
+	versityOnce   sync.Once
+	versityServer *versitytest.Server
+	versityStop   func()
+	versityErr    error
 )
+
+// sharedVersity starts one versitygw for the package's tests.
+func sharedVersity(t *testing.T) *versitytest.Server {
+	versityOnce.Do(func() { versityServer, versityStop, versityErr = versitytest.StartShared() })
+	if versityErr != nil {
+		t.Fatal(versityErr)
+	}
+	return versityServer
+}
 
 // sharedMinio starts one MinIO for the package's tests.
 func sharedMinio(t *testing.T) *miniotest.Server {
@@ -43,14 +61,27 @@ func TestMain(m *testing.M) {
 	if minioServer != nil {
 		minioServer.Close()
 	}
+	if versityStop != nil {
+		versityStop()
+	}
 	os.Exit(code)
 }
 
 func backends() []backend {
 	return []backend{
-		{"memory", func(t *testing.T) store.Store { return memstore.New() }},
-		{"minio", func(t *testing.T) store.Store {
+		{name: "memory", fresh: func(t *testing.T) store.Store { return memstore.New() }},
+		{name: "minio", fresh: func(t *testing.T) store.Store {
 			srv := sharedMinio(t)
+			st, err := s3store.New(srv.Config(), srv.NewBucket(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}},
+		// An S3 server other than MinIO: listings without metadata, as
+		// AWS S3 lists.
+		{name: "versitygw", pathKeys: true, fresh: func(t *testing.T) store.Store {
+			srv := sharedVersity(t)
 			st, err := s3store.New(srv.Config(), srv.NewBucket(t))
 			if err != nil {
 				t.Fatal(err)

@@ -45,7 +45,7 @@ func TestPOSIX(t *testing.T) {
 		{"chmod chown mtime persist", testAttrsPersist},
 		{"read after unlink", testReadAfterUnlink},
 		{"hard link unsupported", testHardLink},
-		{"odd keys", testOddKeys},
+		{"odd keys", testOddKeys}, // needs a server that takes any key
 		{"large directory", testLargeDir},
 		{"concurrent readers and writers", testConcurrent},
 		{"statfs", testStatfs},
@@ -56,6 +56,9 @@ func TestPOSIX(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
+					if c.name == "odd keys" && b.pathKeys {
+						t.Skipf("%s keeps objects as files: it refuses keys that are not paths", b.name)
+					}
 					st := b.fresh(t)
 					dir := mountFS(t, st, fusefs.Options{})
 					c.run(t, st, dir)

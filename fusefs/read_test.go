@@ -73,7 +73,7 @@ func TestReadaheadRepliesFromChunks(t *testing.T) {
 			// MinIO on plain HTTP: the readahead went socket → pipe →
 			// /dev/fuse; the memory store's bodies cannot splice.
 			spliced := f.Stats().BytesSpliced.Load()
-			if wantSplice := b.name == "minio"; wantSplice != (spliced >= size) {
+			if wantSplice := b.name != "memory"; wantSplice != (spliced >= size) {
 				t.Errorf("%d bytes spliced through pipes; want at least %d: %v", spliced, size, wantSplice)
 			}
 		})

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -129,6 +130,7 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		}
 	}
 	var keys []string
+	markers := map[string]store.Object{} // empty keys ending in "/"
 	hasMarker := false
 	for e, err := range n.fsys.store.List(ctx, srcPrefix, "", true) {
 		if err != nil {
@@ -140,6 +142,9 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		}
 		keys = append(keys, e.Key)
 		hasMarker = hasMarker || e.Key == srcPrefix
+		if strings.HasSuffix(e.Key, "/") && e.Size == 0 {
+			markers[e.Key] = e.Object
+		}
 	}
 	if !hasMarker {
 		// The directory must exist at its new name even if it was implicit.
@@ -159,7 +164,11 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		}
 	}
 	copyOne := func(k string) error {
-		_, err := n.fsys.store.Copy(ctx, k, dstPrefix+strings.TrimPrefix(k, srcPrefix), nil)
+		dst := dstPrefix + strings.TrimPrefix(k, srcPrefix)
+		if m, ok := markers[k]; ok {
+			return n.fsys.copyMarker(ctx, m, dst)
+		}
+		_, err := n.fsys.store.Copy(ctx, k, dst, nil)
 		return err
 	}
 	if err := n.fsys.parallel(keys, copyOne); err != nil {
@@ -177,6 +186,21 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		}
 	}
 	return 0
+}
+
+// copyMarker writes the directory marker m anew at dst, with its
+// attributes: servers that keep objects as files (versitygw) hold a marker
+// as the directory itself, and refuse to copy it.
+func (f *FS) copyMarker(ctx context.Context, m store.Object, dst string) error {
+	if m.Metadata == nil { // listed without metadata
+		h, err := f.store.Head(ctx, m.Key)
+		if err != nil {
+			return err
+		}
+		m = h
+	}
+	_, err := f.store.Put(ctx, dst, bytes.NewReader(nil), 0, f.attrsOf(m, syscall.S_IFDIR).metadata())
+	return err
 }
 
 // forgetTree drops cached listings below a moved directory.

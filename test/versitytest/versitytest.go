@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -60,24 +61,53 @@ func Binary() (string, error) {
 // Start starts versitygw with one bucket and stops it when t ends.
 func Start(t testing.TB, bucket string) *Server {
 	t.Helper()
-	bin, err := Binary()
+	s, stop, err := start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	t.Cleanup(stop)
+	if err := s.MakeBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// StartShared starts a server outside any one test (for TestMain-scoped
+// use) in a temporary directory; stop kills it and removes the directory.
+func StartShared() (s *Server, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "versitytest-")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, kill, err := start(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s, func() { kill(); os.RemoveAll(dir) }, nil
+}
+
+func start(dir string) (*Server, func(), error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, nil, err
+	}
 	root := filepath.Join(dir, "root")
 	s := &Server{CredsDir: filepath.Join(dir, "creds")}
 	for _, d := range []string{root, s.CredsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 	}
 	for name, v := range map[string]string{s3store.AccessKeyFile: AccessKey, s3store.SecretKeyFile: SecretKey} {
 		if err := os.WriteFile(filepath.Join(s.CredsDir, name), []byte(v), 0o600); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 	}
-	addr := freeAddr(t)
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
 	s.Endpoint = "http://" + addr
 	cmd := exec.Command(bin, "--port", addr, "posix", root)
 	// The server's own root credentials, in its own environment.
@@ -85,52 +115,76 @@ func Start(t testing.TB, bucket string) *Server {
 	cmd.Stderr = os.Stderr // its stdout is a line per request
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start versitygw: %v", err)
+		return nil, nil, fmt.Errorf("start versitygw: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	stop := func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
-	})
-	s.waitReady(t, bucket, exited)
-	return s
+	}
+	if err := s.waitReady(exited); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return s, stop, nil
 }
 
-// waitReady makes the bucket, retrying until the server answers.
-func (s *Server) waitReady(t testing.TB, bucket string, exited chan struct{}) {
+// waitReady waits until the server answers S3 requests.
+func (s *Server) waitReady(exited chan struct{}) error {
 	c, err := s3store.NewClient(s.Config())
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err = c.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{})
+		_, err = c.ListBuckets(context.Background())
 		var netErr *net.OpError
 		if err == nil || !errors.As(err, &netErr) && minio.ToErrorResponse(err).StatusCode != http.StatusServiceUnavailable {
-			break
+			return err
 		}
 		select {
 		case <-exited:
-			t.Fatal("versitygw exited during start-up")
+			return errors.New("versitygw exited during start-up")
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("versitygw not answering at %s after 30s: %v", s.Endpoint, err)
+			return fmt.Errorf("versitygw not answering at %s after 30s: %w", s.Endpoint, err)
 		}
-	}
-	if err != nil {
-		t.Fatalf("make bucket %s on versitygw: %v", bucket, err)
 	}
 }
 
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// MakeBucket creates a bucket.
+func (s *Server) MakeBucket(name string) error {
+	c, err := s3store.NewClient(s.Config())
 	if err != nil {
+		return err
+	}
+	if err := c.MakeBucket(context.Background(), name, minio.MakeBucketOptions{}); err != nil {
+		return fmt.Errorf("make bucket %s on versitygw: %w", name, err)
+	}
+	return nil
+}
+
+var bucketSeq atomic.Int64
+
+// NewBucket creates a bucket for one test and returns its name.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("test-%d-%d", time.Now().UnixNano()%1e9, bucketSeq.Add(1))
+	if err := s.MakeBucket(name); err != nil {
 		t.Fatal(err)
 	}
+	return name
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // Config is an s3store configuration for this server.

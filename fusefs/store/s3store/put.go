@@ -23,7 +23,10 @@ import (
 // payload is unsigned (a SHA-256 of it costs more CPU than the upload, on
 // both ends), and minio-go adds a checksum of its own only with trailing
 // headers, which not every S3 server takes.
-const checksumHeader = "x-amz-checksum-crc32c"
+const (
+	checksumHeader          = "x-amz-checksum-crc32c"
+	checksumAlgorithmHeader = "x-amz-checksum-algorithm"
+)
 
 // abortTimeout bounds the abort of a failed multipart upload.
 const abortTimeout = time.Minute

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -213,6 +214,9 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, host string,
 		stop()
 		return nil, ctxErr(ctx, err)
 	}
+	// A body net/http frames is read through br too: the budget was the
+	// header's, not the body's (versitygw's 12 MiB answers failed here).
+	c.headerBudget = math.MaxInt
 	c.conn.SetDeadline(time.Time{})
 	if ctx.Err() != nil {
 		// Cancelled while the header came: the line above may have
@@ -228,7 +232,7 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, host string,
 			return nil, err
 		}
 	}
-	if resp.StatusCode/100 != 2 || resp.ContentLength < 0 || len(resp.TransferEncoding) > 0 || resp.Close {
+	if resp.StatusCode/100 != 2 || resp.ContentLength < 0 || len(resp.TransferEncoding) > 0 {
 		// net/http's reader parses whatever framing this is; the
 		// connection closes with the body.
 		resp.Body = &closingBody{ReadCloser: resp.Body, conn: c.conn, stop: stop}
@@ -243,7 +247,10 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, host string,
 		stop()
 		return nil, fmt.Errorf("GET %s: server sent more than its Content-Length", req.URL.Path)
 	}
-	resp.Body = &rawBody{t: t, host: host, c: c, lead: lead, left: resp.ContentLength - int64(len(lead)), ctx: ctx, stop: stop}
+	// A server that closes after every answer (versitygw: "Connection:
+	// close") still sends the body as Content-Length says: it splices,
+	// and the connection is not kept.
+	resp.Body = &rawBody{t: t, host: host, c: c, lead: lead, left: resp.ContentLength - int64(len(lead)), ctx: ctx, stop: stop, closing: resp.Close}
 	return resp, nil
 }
 
@@ -296,6 +303,8 @@ type rawBody struct {
 	ctx  context.Context
 	stop func() bool
 	done bool
+	// closing: the server closes the connection after this response.
+	closing bool
 }
 
 func (b *rawBody) Read(p []byte) (int, error) {
@@ -374,7 +383,7 @@ func (b *rawBody) Close() error {
 	}
 	b.done = true
 	stopped := b.stop()
-	if b.err == nil && b.left == 0 && len(b.lead) == 0 && stopped {
+	if b.err == nil && b.left == 0 && len(b.lead) == 0 && stopped && !b.closing {
 		b.t.put(b.host, b.c)
 		return nil
 	}

@@ -25,7 +25,10 @@ type upload struct {
 
 func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]string) (store.Upload, error) {
 	opts := s.putOptions(meta)
-	opts.AutoChecksum = minio.ChecksumCRC32C
+	// Parts carry a CRC32C, which AWS S3 refuses ("Checksum Type mismatch
+	// ... expected checksum Type: null") unless the upload was started
+	// with the algorithm; Core does not add the header from AutoChecksum.
+	opts.UserMetadata[checksumAlgorithmHeader] = "CRC32C"
 	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
 	if err != nil {
 		return nil, fmt.Errorf("start upload of %q: %w", key, mapErr(err))
@@ -47,7 +50,7 @@ func (u *upload) putPart(ctx context.Context, number int, body io.ReadSeeker, si
 	crc := crc32cBase64(sum)
 	h := http.Header{}
 	h.Set(checksumHeader, crc)
-	h.Set("x-amz-checksum-algorithm", "CRC32C")
+	h.Set(checksumAlgorithmHeader, "CRC32C")
 	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
 		body, size, minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})
 	if err != nil {
