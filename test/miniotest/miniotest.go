@@ -6,7 +6,6 @@ package miniotest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/localserver"
 )
 
 // Fixed test credentials, written to a credentials directory.
@@ -43,22 +43,7 @@ type Server struct {
 
 // Binary finds the minio binary: $MINIO_BIN, $PATH, then $GOPATH/bin.
 func Binary() (string, error) {
-	if b := os.Getenv("MINIO_BIN"); b != "" {
-		return b, nil
-	}
-	if b, err := exec.LookPath("minio"); err == nil {
-		return b, nil
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		home, _ := os.UserHomeDir()
-		gopath = filepath.Join(home, "go")
-	}
-	b := filepath.Join(gopath, "bin", "minio")
-	if _, err := os.Stat(b); err != nil {
-		return "", fmt.Errorf("minio binary not found (install with: go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c): %w", err)
-	}
-	return b, nil
+	return localserver.Binary("minio", "MINIO_BIN", "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c")
 }
 
 // Start starts a MinIO server and stops it when t ends. It fails the test
@@ -90,12 +75,11 @@ func writeFile(t testing.TB, path, content string) {
 }
 
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := localserver.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func (s *Server) start() {

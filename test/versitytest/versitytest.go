@@ -21,6 +21,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/localserver"
 )
 
 // Version is the versitygw .ci/run installs.
@@ -40,36 +41,7 @@ type Server struct {
 
 // Binary finds versitygw: $VERSITYGW_BIN, $PATH, then $GOPATH/bin.
 func Binary() (string, error) {
-	if b := os.Getenv("VERSITYGW_BIN"); b != "" {
-		return b, nil
-	}
-	if b, err := exec.LookPath("versitygw"); err == nil {
-		return b, nil
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		home, _ := os.UserHomeDir()
-		gopath = filepath.Join(home, "go")
-	}
-	b := filepath.Join(gopath, "bin", "versitygw")
-	if _, err := os.Stat(b); err != nil {
-		return "", fmt.Errorf("versitygw not found (install with: go install github.com/versity/versitygw/cmd/versitygw@%s): %w", Version, err)
-	}
-	return b, nil
-}
-
-// Start starts versitygw with one bucket and stops it when t ends.
-func Start(t testing.TB, bucket string) *Server {
-	t.Helper()
-	s, stop, err := start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	if err := s.MakeBucket(bucket); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return localserver.Binary("versitygw", "VERSITYGW_BIN", "github.com/versity/versitygw/cmd/versitygw@"+Version)
 }
 
 // StartShared starts a server outside any one test (for TestMain-scoped
@@ -104,7 +76,7 @@ func start(dir string) (*Server, func(), error) {
 			return nil, nil, err
 		}
 	}
-	addr, err := freeAddr()
+	addr, err := localserver.FreeAddr()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -178,14 +150,6 @@ func (s *Server) NewBucket(t testing.TB) string {
 	return name
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
 
 // Config is an s3store configuration for this server.
 func (s *Server) Config() s3store.Config {
