@@ -150,7 +150,6 @@ func (s *Server) NewBucket(t testing.TB) string {
 	return name
 }
 
-
 // Config is an s3store configuration for this server.
 func (s *Server) Config() s3store.Config {
 	return s3store.Config{Endpoint: s.Endpoint, Region: "us-east-1", PathStyle: true, CredentialsDir: s.CredsDir, MaxRetries: 2}
