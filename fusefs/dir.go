@@ -130,7 +130,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	e, found, known := n.cached(name)
 	if found && !known {
-		e, known = n.listedFile(ctx, name, e.fetch)
+		e, known = n.listedEntry(ctx, e)
 	}
 	if !known && n.relist(ctx) {
 		e, found, known = n.cached(name)

@@ -125,8 +125,9 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 }
 
 // cached answers a lookup from a fresh listing: the entry, or
-// found=false with ENOENT-worthy certainty when known=true. A listed file
-// whose metadata is unknown is found but not known (see listedFile).
+// found=false with ENOENT-worthy certainty when known=true. A listed
+// object whose metadata is unknown is found but not known (see
+// listedEntry).
 func (n *dirNode) cached(name string) (e dirEntry, found, known bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -138,8 +139,8 @@ func (n *dirNode) cached(name string) (e dirEntry, found, known bool) {
 	if !found && !l.complete {
 		return dirEntry{}, false, false
 	}
-	if found && !e.isDir && e.obj.Metadata == nil {
-		return e, true, false // attributes unknown
+	if found && metadataUnknown(e) {
+		return e, true, false
 	}
 	return e, found, true
 }

@@ -2,17 +2,20 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/objfuse/objfuse/fusefs/store"
 )
 
-// Only MinIO lists objects with their metadata. From AWS S3 and every
-// other server a listed file's mode, owner and mtime are unknown until a
-// HEAD, and READDIRPLUS looks its entries up one after another: a HEAD
-// each, in turn, made `ls -l` of 1,000 files 1,000 round trips end to end
-// (14 s with 10 ms round trips). An open directory instead sends those HEADs
-// ahead of the reader, several at once, and each lookup waits for its own.
+// A listing shows a directory as a prefix, so the mode, owner and mtime
+// its marker keeps are unknown until a HEAD; so are a file's everywhere
+// but MinIO, the only server that lists objects with their metadata.
+// READDIRPLUS looks entries up one after another: a HEAD each, in turn,
+// made `ls -l` of 1,000 files on such a server 1,000 round trips end to
+// end (14 s with 10 ms round trips). An open directory instead sends
+// those HEADs ahead of the reader, several at once, and each lookup waits
+// for its own.
 
 const (
 	// metaFetchers is how many HEADs one open directory has in flight.
@@ -23,13 +26,15 @@ const (
 	metaLookahead = 256
 )
 
-// metaFetch is the HEAD of one listed file whose listing carried no
-// metadata. It stays with the listing's entry, which is fresh exactly as
+// metaFetch is the HEAD of one listed entry whose attributes the listing
+// did not carry: a file's, or a directory's marker (404: it has none). It stays with the listing's entry, which is fresh exactly as
 // long as what the HEAD says.
 type metaFetch struct {
-	done chan struct{}
-	obj  store.Object
-	err  error
+	key   string
+	isDir bool
+	done  chan struct{}
+	obj   store.Object
+	err   error
 	// used is set by the first lookup that asks for the result; by is the
 	// prefetcher that sent it, which may send one more then.
 	used atomic.Bool
@@ -103,8 +108,8 @@ func (p *metaPrefetcher) fetch(ctx context.Context, name string) bool {
 }
 
 // attachFetch returns the fetch of name's entry in the directory's
-// listing when the entry is a file whose metadata is unknown: the one
-// attached already, or a new one (isNew) for the caller to run. by is the
+// listing when the entry's attributes are unknown: the one attached
+// already, or a new one (isNew) for the caller to run. by is the
 // prefetcher running it, or nil for a lookup.
 func (n *dirNode) attachFetch(name string, by *metaPrefetcher) (f *metaFetch, isNew bool) {
 	n.mu.Lock()
@@ -114,22 +119,34 @@ func (n *dirNode) attachFetch(name string, by *metaPrefetcher) (f *metaFetch, is
 		return nil, false
 	}
 	e, ok := l.entries[name]
-	if !ok || e.isDir || e.obj.Metadata != nil {
+	if !ok || !metadataUnknown(e) {
 		return nil, false
 	}
 	if e.fetch != nil {
 		return e.fetch, false
 	}
-	e.fetch = &metaFetch{done: make(chan struct{}), by: by}
+	key := e.obj.Key
+	if e.isDir {
+		key = n.key() + name + "/" // its marker, if it has one
+	}
+	e.fetch = &metaFetch{key: key, isDir: e.isDir, done: make(chan struct{}), by: by}
 	l.entries[name] = e
 	return e.fetch, true
 }
 
-// listedFile completes a lookup of a listed file whose listing carried
-// no metadata: with the HEAD an open directory sent ahead of it, or with
-// one sent now, which neither the directory's prefetcher nor another lookup repeats.
-// ok=false sends the lookup to the store by name.
-func (n *dirNode) listedFile(ctx context.Context, name string, f *metaFetch) (e dirEntry, ok bool) {
+// metadataUnknown reports a listed entry whose attributes the listing
+// did not carry: a file listed without metadata, or any directory, which
+// a listing shows as a prefix, without its marker (mode, owner, mtime).
+func metadataUnknown(e dirEntry) bool {
+	return e.obj.Metadata == nil
+}
+
+// listedEntry completes a lookup of a listed entry whose metadata is
+// unknown: with the HEAD an open directory sent ahead of it, or with one
+// sent now, which neither the directory's prefetcher nor another lookup
+// repeats. ok=false sends the lookup to the store by name.
+func (n *dirNode) listedEntry(ctx context.Context, listed dirEntry) (e dirEntry, ok bool) {
+	name, f := listed.name, listed.fetch
 	if f == nil {
 		var isNew bool
 		if f, isNew = n.attachFetch(name, nil); f == nil {
@@ -143,12 +160,15 @@ func (n *dirNode) listedFile(ctx context.Context, name string, f *metaFetch) (e 
 	if err != nil {
 		return dirEntry{}, false
 	}
-	return dirEntry{name: name, obj: obj}, true
+	return dirEntry{name: name, isDir: listed.isDir, obj: obj}, true
 }
 
 // runFetch sends f's HEAD and publishes its result.
 func (n *dirNode) runFetch(ctx context.Context, name string, f *metaFetch) {
-	f.obj, f.err = n.fsys.store.Head(ctx, n.key()+name)
+	f.obj, f.err = n.fsys.store.Head(ctx, f.key)
+	if f.isDir && errors.Is(f.err, store.ErrNotExist) {
+		f.obj, f.err = store.Object{}, nil // no marker: the defaults
+	}
 	if f.err == nil && f.obj.Metadata == nil {
 		f.obj.Metadata = map[string]string{} // asked: it has none
 	}

@@ -108,7 +108,8 @@ func lsLong(t *testing.T, dir string) map[string]os.FileInfo {
 
 // On servers whose listings carry no metadata (AWS S3, versitygw, all but
 // MinIO), `ls -l` shows each file's own mode and owner, from a HEAD each:
-// sent ahead of the lookups, many at once, and never twice.
+// sent ahead of the lookups, many at once, and never twice. On every
+// server, a subdirectory's mode comes from its marker.
 func TestLsLongWithoutListingMetadata(t *testing.T) {
 	const files = 60
 	type setup struct {
@@ -132,6 +133,9 @@ func TestLsLongWithoutListingMetadata(t *testing.T) {
 			if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
 				t.Fatal(err)
 			}
+			if err := os.Chmod(filepath.Join(d, "sub"), 0o700); err != nil {
+				t.Fatal(err)
+			}
 			for i := range files {
 				p := filepath.Join(d, fmt.Sprintf("f%03d", i))
 				if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
@@ -146,12 +150,14 @@ func TestLsLongWithoutListingMetadata(t *testing.T) {
 			if err := os.Symlink("f000", filepath.Join(d, "link")); err != nil {
 				t.Fatal(err)
 			}
+			// A directory with no marker, only a key below it.
+			put(t, st, "d/implicit/f", []byte("x"))
 
 			gate := newHeadGate(st, tc.bare, "d/", 8)
 			d = filepath.Join(mountFS(t, gate, opts), "d")
 			got := lsLong(t, d)
-			if len(got) != files+2 {
-				t.Fatalf("ls -l shows %d entries, want %d", len(got), files+2)
+			if len(got) != files+3 {
+				t.Fatalf("ls -l shows %d entries, want %d", len(got), files+3)
 			}
 			for i := range files {
 				name := fmt.Sprintf("f%03d", i)
@@ -172,8 +178,15 @@ func TestLsLongWithoutListingMetadata(t *testing.T) {
 			if target, err := os.Readlink(filepath.Join(d, "link")); err != nil || target != "f000" {
 				t.Errorf("readlink: %q, %v", target, err)
 			}
-			if fi := got["sub"]; !fi.IsDir() {
-				t.Errorf("sub: mode %v, want a directory", fi.Mode())
+			// A listing shows directories as prefixes: their markers
+			// hold their modes.
+			for name, want := range map[string]os.FileMode{"sub": os.ModeDir | 0o700, "implicit": os.ModeDir | 0o755} {
+				if fi := got[name]; fi.Mode() != want {
+					t.Errorf("%s: mode %v, want %v", name, fi.Mode(), want)
+				}
+				if n := gate.headsOf("d/" + name + "/"); n != 1 {
+					t.Errorf("%s: %d HEADs of its marker, want 1", name, n)
+				}
 			}
 			if !gate.reached.Load() {
 				t.Errorf("never %d HEADs in flight at once: the lookups sent them one by one", gate.gateAt)
