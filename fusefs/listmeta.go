@@ -27,7 +27,8 @@ const (
 )
 
 // metaFetch is the HEAD of one listed entry whose attributes the listing
-// did not carry: a file's, or a directory's marker (404: it has none). It stays with the listing's entry, which is fresh exactly as
+// did not carry: of a file, or of a directory's marker (404: it has
+// none). It stays with the listing's entry, which is fresh exactly as
 // long as what the HEAD says.
 type metaFetch struct {
 	key   string
@@ -41,7 +42,7 @@ type metaFetch struct {
 	by   *metaPrefetcher
 }
 
-// await waits for the HEAD and returns the file it found.
+// await waits for the HEAD and returns the object it found.
 func (f *metaFetch) await(ctx context.Context) (store.Object, error) {
 	if f.by != nil && !f.used.Swap(true) {
 		f.by.asked()
