@@ -23,9 +23,6 @@ import (
 type backend struct {
 	name  string
 	fresh func(t *testing.T) store.Store
-	// pathKeys: the server keeps objects as files, so it refuses keys
-	// that are not paths, and a key that is both a file and a directory.
-	pathKeys bool
 }
 
 var (
@@ -80,7 +77,7 @@ func backends() []backend {
 		}},
 		// An S3 server other than MinIO: listings without metadata, as
 		// AWS S3 lists.
-		{name: "versitygw", pathKeys: true, fresh: func(t *testing.T) store.Store {
+		{name: "versitygw", fresh: func(t *testing.T) store.Store {
 			srv := sharedVersity(t)
 			st, err := s3store.New(srv.Config(), srv.NewBucket(t))
 			if err != nil {

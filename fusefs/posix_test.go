@@ -45,7 +45,7 @@ func TestPOSIX(t *testing.T) {
 		{"chmod chown mtime persist", testAttrsPersist},
 		{"read after unlink", testReadAfterUnlink},
 		{"hard link unsupported", testHardLink},
-		{"odd keys", testOddKeys}, // needs a server that takes any key
+		{"odd keys", testOddKeys},
 		{"large directory", testLargeDir},
 		{"concurrent readers and writers", testConcurrent},
 		{"statfs", testStatfs},
@@ -56,9 +56,6 @@ func TestPOSIX(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
-					if c.name == "odd keys" && b.pathKeys {
-						t.Skipf("%s keeps objects as files: it refuses keys that are not paths", b.name)
-					}
 					st := b.fresh(t)
 					dir := mountFS(t, st, fusefs.Options{})
 					c.run(t, st, dir)
@@ -503,22 +500,37 @@ func testOddKeys(t *testing.T, st store.Store, dir string) {
 	if kept["a//b"] {
 		want = append(want, "a")
 	}
-	if kept["ok/"+long] {
+	// A server that keeps objects as files (versitygw) may leave the
+	// directory of a key it refused.
+	okListed := false
+	for e := range st.List(context.Background(), "", "", false) {
+		okListed = okListed || e.Name() == "ok/"
+	}
+	if okListed {
 		want = append(want, "ok")
 	}
 	if _, err := st.Head(context.Background(), "leading"); err == nil {
 		want = append(want, "leading") // MinIO strips the leading slash
 	}
+	if _, err := st.Head(context.Background(), "y"); err == nil {
+		want = append(want, "y") // versitygw cleans "./y" to "y"
+	}
 	slices.Sort(want)
 	if got := names(dir); !slices.Equal(got, want) {
 		t.Fatalf("root shows %v, want %v (stored: %v)", got, want, kept)
 	}
-	if kept["a//b"] {
+	// versitygw cleans "a//b" to "a/b": only a key kept with its empty
+	// segment must stay hidden.
+	emptySegment := false
+	for e := range st.List(context.Background(), "a/", "", true) {
+		emptySegment = emptySegment || e.Key == "a//b"
+	}
+	if emptySegment {
 		if got := names(filepath.Join(dir, "a")); len(got) != 0 {
 			t.Fatalf("a shows %v, want nothing (its only key has an empty segment)", got)
 		}
 	}
-	if kept["ok/"+long] {
+	if okListed {
 		if got := names(filepath.Join(dir, "ok")); len(got) != 0 {
 			t.Fatalf("ok shows %v", got)
 		}

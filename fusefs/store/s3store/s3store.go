@@ -133,7 +133,10 @@ func mapErr(err error) error {
 		kind = store.ErrNoBucket
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
 		kind = store.ErrAccess
-	case "InvalidRange", "InvalidArgument", "EntityTooSmall", "EntityTooLarge", "InvalidPart", "InvalidPartOrder", "KeyTooLongError", "XMinioInvalidObjectName", "XMinioObjectExistsAsDirectory":
+	case "InvalidRange", "InvalidArgument", "EntityTooSmall", "EntityTooLarge", "InvalidPart", "InvalidPartOrder", "KeyTooLongError", "XMinioInvalidObjectName", "XMinioObjectExistsAsDirectory",
+		// versitygw keeps objects as files: keys that are not paths, or
+		// both a file and a directory, are refused like MinIO's.
+		"ExistingObjectIsDirectory", "ObjectParentIsFile":
 		kind = store.ErrInvalid
 	case "":
 		kind = store.ErrUnavailable
