@@ -25,3 +25,7 @@ func StagedBytes(f *FS) int64 { return f.staged.Load() }
 
 // MetaLookahead bounds the HEADs an open directory sends ahead of lookups.
 const MetaLookahead = metaLookahead
+
+// PrefetchStalls counts the times an open directory's HEADs reached
+// MetaLookahead and waited.
+func PrefetchStalls(f *FS) int64 { return f.prefetchStalls.Load() }

@@ -36,6 +36,9 @@ type FS struct {
 	memoryStalled  atomic.Bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
+	// prefetchStalls counts the times an open directory's HEADs reached
+	// metaLookahead and waited for lookups (a test's view of the bound).
+	prefetchStalls atomic.Int64
 	// maxParts is S3's limit on the parts of one upload; tests lower it.
 	maxParts int
 

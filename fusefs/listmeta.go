@@ -82,7 +82,10 @@ func (p *metaPrefetcher) asked() {
 // first for room in the lookahead and for a free slot. It returns false
 // when ctx ends.
 func (p *metaPrefetcher) fetch(ctx context.Context, name string) bool {
-	for p.sent.Load()-p.used.Load() >= metaLookahead {
+	for stalled := false; p.sent.Load()-p.used.Load() >= metaLookahead; stalled = true {
+		if !stalled {
+			p.n.fsys.prefetchStalls.Add(1)
+		}
 		select {
 		case <-p.wake:
 		case <-ctx.Done():

@@ -213,7 +213,8 @@ func TestListingMetadataPrefetchStopsAhead(t *testing.T) {
 		put(t, mem, fmt.Sprintf("d/f%05d", i), []byte("x"))
 	}
 	gate := newHeadGate(mem, true, "d/", 1)
-	d := filepath.Join(mountFS(t, gate, fusefs.Options{}), "d")
+	fsys, root := mountFSOf(t, gate, fusefs.Options{})
+	d := filepath.Join(root, "d")
 	f, err := os.Open(d)
 	if err != nil {
 		t.Fatal(err)
@@ -229,16 +230,12 @@ func TestListingMetadataPrefetchStopsAhead(t *testing.T) {
 		t.Fatalf("first entry: %v, %v", names, err)
 	}
 	// The kernel reads entries in pages of a few dozen and looks each
-	// up. The memory store answers at once: unbounded, the HEADs would
-	// cover the directory within milliseconds. Watch them for a second.
+	// up. The memory store answers at once, so the HEADs run ahead until
+	// the lookahead stops them, and stay stopped while nobody reads.
+	eventually(t, 10*time.Second, "the HEADs to stop at the lookahead", func() bool { return fusefs.PrefetchStalls(fsys) > 0 })
 	bound := int64(fusefs.MetaLookahead + 200)
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if n := gate.heads.Load(); n > bound {
-			t.Fatalf("%d HEADs for a reader that stopped after a page of %d entries; want at most %d", n, files, bound)
-		}
-	}
-	if gate.heads.Load() == 0 {
-		t.Fatal("no HEAD at all: the page read was never looked up")
+	if n := gate.heads.Load(); n > bound {
+		t.Fatalf("%d HEADs for a reader that stopped after a page of %d entries; want at most %d", n, files, bound)
 	}
 	closed = true
 	if err := f.Close(); err != nil {
