@@ -17,7 +17,7 @@ import (
 )
 
 // Keys a credentials Secret holds: the file names the mounter reads.
-var secretKeys = []string{s3store.AccessKeyFile, s3store.SecretKeyFile, s3store.SessionTokenFile}
+var secretKeys = []string{s3store.AccessKeyFile, s3store.SecretKeyFile, s3store.SessionTokenFile, s3store.CABundleFile}
 
 // credentials picks a request's secrets, else the driver's default
 // credentials directory, and says clearly what is missing.
@@ -44,18 +44,37 @@ func (d *Driver) credentials(secrets map[string]string, secretParam string) (map
 			return nil, status.Errorf(codes.InvalidArgument, "S3 credentials Secret has no key %q: it needs %s and %s", k, s3store.AccessKeyFile, s3store.SecretKeyFile)
 		}
 	}
+	// The driver's own extra CAs go along with the Secret's, so that the
+	// mounter pods, which cannot see the driver's files, trust them too.
+	if f := d.opts.CABundle; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "the driver's --ca-bundle: %v", err)
+		}
+		out[s3store.CABundleFile] = joinPEM(out[s3store.CABundleFile], pem)
+	}
 	return out, nil
+}
+
+// joinPEM concatenates two PEM bundles, each block starting on its own line.
+func joinPEM(a, b []byte) []byte {
+	out := append([]byte{}, a...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, b...)
 }
 
 // s3Client connects to a volume's endpoint with creds.
 func (d *Driver) s3Client(s volume.S3, creds map[string][]byte) (*minio.Client, error) {
 	c, err := s3store.NewClient(s3store.Config{
-		Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle, CABundle: d.opts.CABundle,
+		Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle,
 		MaxRetries: 2,
 		Keys: &s3store.Keys{
 			AccessKeyID:     string(creds[s3store.AccessKeyFile]),
 			SecretAccessKey: string(creds[s3store.SecretKeyFile]),
 			SessionToken:    string(creds[s3store.SessionTokenFile]),
+			CABundle:        creds[s3store.CABundleFile],
 		},
 	})
 	if err != nil {
@@ -105,6 +124,9 @@ func s3Status(err error, endpoint, what string) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err // already explained
+	}
+	if why, ok := s3store.ExplainTLS(err, endpoint); ok {
+		return status.Errorf(codes.FailedPrecondition, "%s: %s", what, why)
 	}
 	resp := minio.ToErrorResponse(err)
 	msg := fmt.Sprintf("%s at %s: %s", what, endpoint, err)

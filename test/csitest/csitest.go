@@ -34,6 +34,11 @@ const NodeID = "objfuse-test-node"
 type Options struct {
 	// ReconcileEvery is the node's check interval (default 1s).
 	ReconcileEvery time.Duration
+	// TLS serves MinIO over HTTPS with a certificate from a private CA,
+	// which Secrets carry (caBundle)...
+	TLS bool
+	// ...or, with DriverCABundle, the driver's --ca-bundle file instead.
+	DriverCABundle bool
 }
 
 // Env is a running driver.
@@ -89,7 +94,12 @@ func Start(t testing.TB, o Options) *Env {
 	if o.ReconcileEvery == 0 {
 		o.ReconcileEvery = time.Second
 	}
-	srv := miniotest.Start(t)
+	var srv *miniotest.Server
+	if o.TLS {
+		srv = miniotest.StartTLS(t)
+	} else {
+		srv = miniotest.Start(t)
+	}
 	bin := MounterBinary(t)
 	dir, err := os.MkdirTemp("", "objfuse-csi-")
 	if err != nil {
@@ -97,6 +107,22 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	secrets := map[string]string{s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey}
+	credsDir, caBundle := srv.CredsDir, ""
+	switch {
+	case o.TLS && o.DriverCABundle:
+		caBundle = filepath.Join(dir, "ca.pem")
+		credsDir = filepath.Join(dir, "creds")
+		os.Mkdir(credsDir, 0o700)
+		for name, v := range map[string]string{caBundle: string(srv.CA), filepath.Join(credsDir, s3store.AccessKeyFile): miniotest.AccessKey,
+			filepath.Join(credsDir, s3store.SecretKeyFile): miniotest.SecretKey} {
+			if err := os.WriteFile(name, []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case o.TLS:
+		secrets[s3store.CABundleFile] = string(srv.CA)
+	}
 
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
@@ -108,7 +134,8 @@ func Start(t testing.TB, o Options) *Env {
 		Mode:                  driver.ModeAll,
 		NodeID:                NodeID,
 		S3Defaults:            volume.Defaults{Endpoint: srv.Endpoint, PathStyle: true},
-		DefaultCredentialsDir: srv.CredsDir,
+		DefaultCredentialsDir: credsDir,
+		CABundle:              caBundle,
 		Launcher:              proc,
 		KubeletDir:            filepath.Join(dir, "kubelet"),
 		StateDir:              filepath.Join(dir, "node"),
@@ -145,7 +172,6 @@ func Start(t testing.TB, o Options) *Env {
 		unmountUnder(dir)
 	})
 
-	secrets := map[string]string{s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey}
 	secretsFile := filepath.Join(dir, "secrets.yaml")
 	var yaml string
 	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerPublishVolumeSecret", "ControllerUnpublishVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret", "NodeStageVolumeSecret", "NodePublishVolumeSecret"} {

@@ -112,3 +112,32 @@ func TestNoSecretsInArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmCABundle: the chart's caBundle becomes the controller's
+// --ca-bundle file, next to the mounter template in the same ConfigMap.
+func TestHelmCABundle(t *testing.T) {
+	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
+	pem := "-----BEGIN CERTIFICATE-----\nMIIBdummy\n-----END CERTIFICATE-----\n"
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, []byte(pem), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set-file", "caBundle="+file)
+	cm := objs["ConfigMap/objfuse-system/objfuse-mounter"]
+	data, _ := cm["data"].(map[string]any)
+	if data["ca.crt"] != pem {
+		t.Errorf("ConfigMap objfuse-mounter's ca.crt: %q, want %q", data["ca.crt"], pem)
+	}
+	if !strings.Contains(strOf(data["mounter.yaml"]), "image:") {
+		t.Errorf("mounter.yaml lost: %q", data["mounter.yaml"])
+	}
+	y, _ := yaml.Marshal(objs["Deployment/objfuse-system/objfuse-controller"])
+	if !strings.Contains(string(y), "--ca-bundle=/etc/objfuse/ca.crt") {
+		t.Errorf("controller has no --ca-bundle:\n%s", y)
+	}
+	// Without it, no such flag: the default render is the kustomize base's.
+	y, _ = yaml.Marshal(render(t, helm, "template", "objfuse", "deploy/helm/objfuse")["Deployment/objfuse-system/objfuse-controller"])
+	if strings.Contains(string(y), "--ca-bundle") {
+		t.Errorf("controller has --ca-bundle by default")
+	}
+}

@@ -5,7 +5,10 @@ package miniotest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,6 +42,10 @@ type Server struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	tmpDir   string // removed by Close, for servers from StartShared
+	certsDir string // MinIO's --certs-dir, for servers from StartTLS
+	// CA is the PEM certificate of the private CA that issued the
+	// server's certificate (StartTLS); CredsDir holds it as caBundle.
+	CA []byte
 }
 
 // Binary finds the minio binary: $MINIO_BIN, $PATH, then $GOPATH/bin.
@@ -68,6 +75,56 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// StartTLS starts a MinIO serving HTTPS with a certificate from a private
+// CA, which Config's credentials directory trusts (its caBundle file) and
+// the system does not. The certificate names hosts, by default 127.0.0.1
+// and localhost; Endpoint uses the first, and so does the listener when
+// it is an IP address.
+func StartTLS(t testing.TB, hosts ...string) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1", "localhost"}
+	}
+	certs, err := localserver.NewCertificates(hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds"),
+		certsDir: filepath.Join(dir, "certs"), CA: certs.CA}
+	for _, d := range []string{s.CredsDir, s.certsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(s.certsDir, "public.crt"), string(certs.Cert))
+	writeFile(t, filepath.Join(s.certsDir, "private.key"), string(certs.Key))
+	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
+	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
+	writeFile(t, filepath.Join(s.CredsDir, s3store.CABundleFile), string(certs.CA))
+	// It listens where the endpoint points when that is an IP address
+	// (one pods on the host network reach, in e2e tests), else on loopback.
+	ip := "127.0.0.1"
+	if net.ParseIP(hosts[0]) != nil {
+		ip = hosts[0]
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Addr = l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	s.Endpoint = "https://" + net.JoinHostPort(hosts[0], port)
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
 func writeFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
@@ -84,7 +141,11 @@ func freeAddr(t testing.TB) string {
 
 func (s *Server) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t), s.dataDir)
+	args := []string{"server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t)}
+	if s.certsDir != "" {
+		args = append(args, "--certs-dir", s.certsDir)
+	}
+	cmd := exec.Command(s.bin, append(args, s.dataDir)...)
 	// MinIO takes its root credentials from the environment; this is the
 	// test server's own process, not objfuse.
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
@@ -97,9 +158,16 @@ func (s *Server) start() {
 	s.cmd = cmd
 	s.exited = make(chan struct{})
 	go func() { cmd.Wait(); close(s.exited) }()
+	health := http.DefaultClient
+	if s.CA != nil {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(s.CA)
+		health = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		defer health.CloseIdleConnections()
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get(s.Endpoint + "/minio/health/ready")
+		resp, err := health.Get(s.Endpoint + "/minio/health/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -2,13 +2,10 @@
 package s3store
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -26,7 +23,8 @@ type Config struct {
 	// MinIO and most self-hosted servers want. Otherwise the style is
 	// chosen from the endpoint (virtual-host for AWS).
 	PathStyle bool
-	// CABundle is a PEM file of extra CAs to trust for TLS.
+	// CABundle is a PEM file of extra CAs to trust for TLS. The file
+	// caBundle of CredentialsDir (or Keys.CABundle) adds more.
 	CABundle string
 	// CredentialsDir holds files named accessKeyID, secretAccessKey and
 	// optionally sessionToken (a Kubernetes Secret mounted as a volume).
@@ -59,7 +57,7 @@ func newClient(cfg Config) (*minio.Client, *rawGetTransport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := transport(secure, cfg.CABundle)
+	tr, err := transport(secure, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,7 +122,7 @@ func ParseEndpoint(endpoint string) (host string, secure bool, err error) {
 	return u.Host, u.Scheme == "https", nil
 }
 
-func transport(secure bool, caBundle string) (*http.Transport, error) {
+func transport(secure bool, cfg Config) (*http.Transport, error) {
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -141,21 +139,11 @@ func transport(secure bool, caBundle string) (*http.Transport, error) {
 		ReadBufferSize:     256 << 10,
 	}
 	if secure {
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if caBundle != "" {
-			pem, err := os.ReadFile(caBundle)
-			if err != nil {
-				return nil, fmt.Errorf("read CA bundle: %w", err)
-			}
-			pool, err := x509.SystemCertPool()
-			if err != nil || pool == nil {
-				pool = x509.NewCertPool()
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("CA bundle %s holds no PEM certificates", caBundle)
-			}
-			tr.TLSClientConfig.RootCAs = pool
+		c, err := tlsConfig(cfg)
+		if err != nil {
+			return nil, err
 		}
+		tr.TLSClientConfig = c
 	}
 	return tr, nil
 }
@@ -163,6 +151,8 @@ func transport(secure bool, caBundle string) (*http.Transport, error) {
 // Keys are S3 credentials held in memory. They are never logged.
 type Keys struct {
 	AccessKeyID, SecretAccessKey, SessionToken string
+	// CABundle is PEM certificates of extra CAs to trust (CABundleFile).
+	CABundle []byte
 }
 
 func credentialsFor(cfg Config) (*credentials.Credentials, error) {

@@ -95,6 +95,9 @@ func (s *Store) explain(err error) error {
 		return nil
 	}
 	ep := s.client.EndpointURL().String()
+	if msg, ok := ExplainTLS(err, ep); ok {
+		return fmt.Errorf("%s: %w", msg, store.ErrUnavailable)
+	}
 	resp := minio.ToErrorResponse(err)
 	switch {
 	case resp.Code == "InvalidBucketName":
