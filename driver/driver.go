@@ -55,8 +55,12 @@ type Options struct {
 	// Launcher starts mounters (controller mode).
 	Launcher launcher.Launcher
 	// KubeClient, when set, lets the controller collect orphaned mounter
-	// pods and the node emit Events on pods.
+	// pods and keep their credentials current, and the node emit Events
+	// on pods.
 	KubeClient kubernetes.Interface
+	// CredentialsSyncEvery is how often the controller copies rotated
+	// credentials into mounter Secrets; 0 means 30s.
+	CredentialsSyncEvery time.Duration
 
 	// KubeletDir is kubelet's root directory; mounter sockets live in pod
 	// directories under it (node mode).
@@ -101,6 +105,9 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.CredentialsSyncEvery == 0 {
+		opts.CredentialsSyncEvery = credentialsSyncEvery
 	}
 	if opts.ReconcileEvery == 0 {
 		opts.ReconcileEvery = 5 * time.Second
@@ -158,6 +165,7 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 	}
 	if d.opts.serves(ModeController) && d.opts.KubeClient != nil {
 		go d.collectLoop(ctx)
+		go d.syncCredentialsLoop(ctx)
 	}
 	go func() {
 		<-ctx.Done()

@@ -20,6 +20,8 @@ type metrics struct {
 	repairs  prometheus.Counter
 	abnormal prometheus.Gauge
 	orphans  prometheus.Counter
+	// credentialUpdates counts mounter Secrets brought up to a rotated source.
+	credentialUpdates prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -41,8 +43,11 @@ func newMetrics() *metrics {
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "objfuse", Name: "orphaned_mounters_deleted_total", Help: "Mounter pods deleted for want of a VolumeAttachment.",
 		}),
+		credentialUpdates: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "mounter_credential_updates_total", Help: "Mounter credential Secrets updated after their source Secret changed.",
+		}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.orphans,
+	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.orphans, m.credentialUpdates,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

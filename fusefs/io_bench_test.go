@@ -8,6 +8,7 @@ package fusefs_test
 //	go test -run XXX -bench . ./fusefs/
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs"
@@ -140,6 +142,31 @@ func BenchmarkRandRead4K(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRawRangedGet4K is the anchor of BenchmarkRandRead4K/minio: the
+// same reads as ranged GETs of minio-go itself, without FUSE or objfuse.
+func BenchmarkRawRangedGet4K(b *testing.B) {
+	st := benchBackends()[1].fresh(b).(*s3store.Store)
+	put(b, st, "big", randomBytes(benchFileSize))
+	c, bucket := st.Client(), st.Bucket()
+	rng := rand.New(rand.NewSource(1))
+	buf := make([]byte, 4096)
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off := rng.Int63n(benchFileSize/4096) * 4096
+		var opts minio.GetObjectOptions
+		opts.SetRange(off, off+int64(len(buf))-1)
+		obj, err := c.GetObject(context.Background(), bucket, "big", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, err := io.ReadFull(obj, buf); err != nil || n != len(buf) {
+			b.Fatalf("ranged GET at %d: %d, %v", off, n, err)
+		}
+		obj.Close()
 	}
 }
 

@@ -27,6 +27,22 @@ const mounterSelector = "app.kubernetes.io/component=mounter"
 // writeScript writes 4 MiB of pseudo-random data and prints its sha256.
 const writeScript = `set -e; head -c 4194304 /dev/urandom > /data/file.bin; sha256sum /data/file.bin | cut -d' ' -f1`
 
+// mounterPodOf is the live mounter pod of a volume.
+func (s *suite) mounterPodOf(handle string) *corev1.Pod {
+	s.t.Helper()
+	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Annotations[spec.AnnotationVolume] == handle && p.DeletionTimestamp == nil {
+			return &p
+		}
+	}
+	s.t.Fatalf("no mounter pod for %s", handle)
+	return nil
+}
+
 func (s *suite) mounterPods() int {
 	s.t.Helper()
 	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
@@ -295,19 +311,7 @@ done; echo never healed; exit 1`, podOpts{propagation: &h2c})
 		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"before", minio.StatObjectOptions{})
 		return err == nil, nil
 	})
-	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mounter := ""
-	for _, p := range pods.Items {
-		if p.Annotations["objfuse.csi.io/volume-id"] == pv.Spec.CSI.VolumeHandle {
-			mounter = p.Name
-		}
-	}
-	if mounter == "" {
-		t.Fatalf("no mounter pod for %s", pv.Spec.CSI.VolumeHandle)
-	}
+	mounter := s.mounterPodOf(pv.Spec.CSI.VolumeHandle).Name
 	// PID 1 ignores SIGKILL from inside its container; Go dies on SIGQUIT.
 	if out, err := s.exec(driverNS, mounter, "mounter", "kill", "-QUIT", "1"); err != nil {
 		t.Fatalf("kill the mounter: %v %s", err, out)

@@ -43,6 +43,9 @@ type Server struct {
 	exited   chan struct{}
 	tmpDir   string // removed by Close, for servers from StartShared
 	certsDir string // MinIO's --certs-dir, for servers from StartTLS
+	// rootUser and rootPassword replace AccessKey and SecretKey after
+	// RestartWithCredentials (CredsDir keeps the old ones).
+	rootUser, rootPassword string
 	// CA is the PEM certificate of the private CA that issued the
 	// server's certificate (StartTLS); CredsDir holds it as caBundle.
 	CA []byte
@@ -148,7 +151,11 @@ func (s *Server) start() {
 	cmd := exec.Command(s.bin, append(args, s.dataDir)...)
 	// MinIO takes its root credentials from the environment; this is the
 	// test server's own process, not objfuse.
-	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
+	user, password := AccessKey, SecretKey
+	if s.rootUser != "" {
+		user, password = s.rootUser, s.rootPassword
+	}
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+user, "MINIO_ROOT_PASSWORD="+password,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=on")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -210,6 +217,14 @@ func (s *Server) Restart() {
 	s.start()
 }
 
+// RestartWithCredentials restarts the server with other root
+// credentials, as a rotation of keys does: the old ones stop working.
+// CredsDir and Config keep the old ones; Client uses the new.
+func (s *Server) RestartWithCredentials(accessKey, secretKey string) {
+	s.rootUser, s.rootPassword = accessKey, secretKey
+	s.Restart()
+}
+
 // Config is an s3store configuration for this server.
 func (s *Server) Config() s3store.Config {
 	return s3store.Config{Endpoint: s.Endpoint, Region: "us-east-1", PathStyle: true, CredentialsDir: s.CredsDir, MaxRetries: 2}
@@ -217,7 +232,11 @@ func (s *Server) Config() s3store.Config {
 
 // Client is a raw minio-go client, for checking what is really stored.
 func (s *Server) Client() *minio.Client {
-	c, err := s3store.NewClient(s.Config())
+	cfg := s.Config()
+	if s.rootUser != "" {
+		cfg.CredentialsDir, cfg.Keys = "", &s3store.Keys{AccessKeyID: s.rootUser, SecretAccessKey: s.rootPassword, CABundle: s.CA}
+	}
+	c, err := s3store.NewClient(cfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -20,14 +20,22 @@ const (
 )
 
 // refreshEvery is how often credentials are re-read, so that a rotated
-// Secret takes effect without remounting.
-const refreshEvery = time.Minute
+// Secret takes effect without remounting; changeCheckEvery is how often
+// the files are checked for a change, which makes them re-read at once.
+const (
+	refreshEvery     = time.Minute
+	changeCheckEvery = time.Second
+)
 
-// fileProvider reads credentials from files and re-reads them periodically.
+// fileProvider reads credentials from files and re-reads them when they
+// change (kubelet swaps a Secret volume's files for new ones), and every
+// refreshEvery in any case.
 type fileProvider struct {
-	dir     string
-	mu      sync.Mutex
-	expires time.Time
+	dir      string
+	mu       sync.Mutex
+	expires  time.Time
+	checked  time.Time     // when the files were last checked for a change
+	lastRead []os.FileInfo // the credential files as last read
 }
 
 func (p *fileProvider) read() (credentials.Value, error) {
@@ -61,10 +69,12 @@ func (p *fileProvider) read() (credentials.Value, error) {
 }
 
 func (p *fileProvider) Retrieve() (credentials.Value, error) {
+	files := p.stat()
 	v, err := p.read()
 	if err == nil {
 		p.mu.Lock()
 		p.expires = time.Now().Add(refreshEvery)
+		p.checked, p.lastRead = time.Now(), files
 		p.mu.Unlock()
 	}
 	return v, err
@@ -77,5 +87,33 @@ func (p *fileProvider) RetrieveWithCredContext(*credentials.CredContext) (creden
 func (p *fileProvider) IsExpired() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return time.Now().After(p.expires)
+	now := time.Now()
+	if now.After(p.expires) {
+		return true
+	}
+	if now.Sub(p.checked) < changeCheckEvery {
+		return false
+	}
+	p.checked = now
+	files := p.stat()
+	for i, fi := range files {
+		was := p.lastRead[i]
+		if (fi == nil) != (was == nil) || fi != nil && (!os.SameFile(fi, was) || !fi.ModTime().Equal(was.ModTime()) || fi.Size() != was.Size()) {
+			// Expired until read again: callers ask more than once.
+			p.expires = time.Time{}
+			return true
+		}
+	}
+	return false
+}
+
+// stat describes the credential files (nil for a missing one), to tell
+// when they change.
+func (p *fileProvider) stat() []os.FileInfo {
+	out := make([]os.FileInfo, 0, 3)
+	for _, name := range []string{AccessKeyFile, SecretKeyFile, SessionTokenFile} {
+		fi, _ := os.Stat(filepath.Join(p.dir, name))
+		out = append(out, fi)
+	}
+	return out
 }
