@@ -65,4 +65,3 @@ func sameData(a, b map[string][]byte) bool {
 	}
 	return true
 }
-
