@@ -92,3 +92,20 @@ func TestPublishOfVanishedBucket(t *testing.T) {
 		t.Fatalf("publish of a volume whose bucket is gone: %v", err)
 	}
 }
+
+// A bucket outside the region requests are signed for (us-east-1 when
+// the StorageClass says none) is InvalidArgument, naming the region to set.
+func TestWrongRegion(t *testing.T) {
+	env := csitest.Start(t, csitest.Options{MinIORegion: "eu-west-1"})
+	req := func(params map[string]string) *csi.CreateVolumeRequest {
+		return &csi.CreateVolumeRequest{Name: "pvc-region", VolumeCapabilities: mountCap(), Parameters: params, Secrets: env.Secrets}
+	}
+	_, err := env.Controller.CreateVolume(context.Background(), req(nil))
+	s := status.Convert(err)
+	if s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), `set the StorageClass parameter "region" (objfuse-mount: --region) to eu-west-1`) {
+		t.Fatalf("create volume without the region: %v", err)
+	}
+	if _, err := env.Controller.CreateVolume(context.Background(), req(map[string]string{"region": "eu-west-1"})); err != nil {
+		t.Fatalf("create volume with the region: %v", err)
+	}
+}

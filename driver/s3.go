@@ -128,6 +128,9 @@ func s3Status(err error, endpoint, what string) error {
 	if why, ok := s3store.ExplainTLS(err, endpoint); ok {
 		return status.Errorf(codes.FailedPrecondition, "%s: %s", what, why)
 	}
+	if why, ok := s3store.ExplainRegion(err); ok {
+		return status.Errorf(codes.InvalidArgument, "%s at %s: %s", what, endpoint, why)
+	}
 	resp := minio.ToErrorResponse(err)
 	msg := fmt.Sprintf("%s at %s: %s", what, endpoint, err)
 	switch {

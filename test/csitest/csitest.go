@@ -39,6 +39,9 @@ type Options struct {
 	TLS bool
 	// ...or, with DriverCABundle, the driver's --ca-bundle file instead.
 	DriverCABundle bool
+	// MinIORegion puts MinIO's buckets in a region other than us-east-1;
+	// the driver's default region stays unset.
+	MinIORegion string
 }
 
 // Env is a running driver.
@@ -95,9 +98,12 @@ func Start(t testing.TB, o Options) *Env {
 		o.ReconcileEvery = time.Second
 	}
 	var srv *miniotest.Server
-	if o.TLS {
+	switch {
+	case o.TLS:
 		srv = miniotest.StartTLS(t)
-	} else {
+	case o.MinIORegion != "":
+		srv = miniotest.StartInRegion(t, o.MinIORegion)
+	default:
 		srv = miniotest.Start(t)
 	}
 	bin := MounterBinary(t)

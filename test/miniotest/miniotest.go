@@ -43,6 +43,8 @@ type Server struct {
 	exited   chan struct{}
 	tmpDir   string // removed by Close, for servers from StartShared
 	certsDir string // MinIO's --certs-dir, for servers from StartTLS
+	// Region is the server's region (MINIO_SITE_REGION), when not us-east-1.
+	Region string
 	// rootUser and rootPassword replace AccessKey and SecretKey after
 	// RestartWithCredentials (CredsDir keeps the old ones).
 	rootUser, rootPassword string
@@ -66,6 +68,28 @@ func Start(t testing.TB) *Server {
 	}
 	dir := t.TempDir()
 	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds")}
+	if err := os.MkdirAll(s.CredsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
+	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
+	s.Addr = freeAddr(t)
+	s.Endpoint = "http://" + s.Addr
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartInRegion starts a MinIO whose buckets are in region, which
+// requests must be signed for; Config says so.
+func StartInRegion(t testing.TB, region string) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds"), Region: region}
 	if err := os.MkdirAll(s.CredsDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +181,9 @@ func (s *Server) start() {
 	}
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+user, "MINIO_ROOT_PASSWORD="+password,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=on")
+	if s.Region != "" {
+		cmd.Env = append(cmd.Env, "MINIO_SITE_REGION="+s.Region)
+	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -227,7 +254,11 @@ func (s *Server) RestartWithCredentials(accessKey, secretKey string) {
 
 // Config is an s3store configuration for this server.
 func (s *Server) Config() s3store.Config {
-	return s3store.Config{Endpoint: s.Endpoint, Region: "us-east-1", PathStyle: true, CredentialsDir: s.CredsDir, MaxRetries: 2}
+	region := "us-east-1"
+	if s.Region != "" {
+		region = s.Region
+	}
+	return s3store.Config{Endpoint: s.Endpoint, Region: region, PathStyle: true, CredentialsDir: s.CredsDir, MaxRetries: 2}
 }
 
 // Client is a raw minio-go client, for checking what is really stored.

@@ -98,6 +98,9 @@ func (s *Store) explain(err error) error {
 	if msg, ok := ExplainTLS(err, ep); ok {
 		return fmt.Errorf("%s: %w", msg, store.ErrUnavailable)
 	}
+	if msg, ok := ExplainRegion(err); ok {
+		return fmt.Errorf("%s: bucket %q: %s: %w", ep, s.bucket, msg, store.ErrInvalid)
+	}
 	resp := minio.ToErrorResponse(err)
 	switch {
 	case resp.Code == "InvalidBucketName":

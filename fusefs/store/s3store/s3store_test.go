@@ -2,11 +2,13 @@ package s3store_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/test/miniotest"
 )
@@ -57,5 +59,22 @@ func TestListingCarriesKnownEmptyMetadata(t *testing.T) {
 	}
 	if got["meta"]["mode"] != "33188" {
 		t.Errorf("meta object's metadata %#v", got["meta"])
+	}
+}
+
+// A bucket in another region than the one requests are signed for is
+// named with the region to configure.
+func TestWrongRegionIsNamed(t *testing.T) {
+	srv := miniotest.StartInRegion(t, "eu-west-1")
+	bucket := srv.NewBucket(t)
+	cfg := srv.Config()
+	cfg.Region = "us-east-1"
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `set the StorageClass parameter "region" (objfuse-mount: --region) to eu-west-1`) || !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("check: %v", err)
 	}
 }
