@@ -14,8 +14,8 @@ import (
 // credentialsSyncEvery is how often the controller copies rotated
 // credentials into the mounters' Secrets. With kubelet's update of the
 // mounted files (about a minute) and the mounter's re-read (a second), a
-// rotation reaches running mounts within two minutes or so; S3 session
-// tokens live for an hour at least.
+// rotation reaches running mounts within two minutes or so: renew session
+// tokens (15 minutes at the shortest) that long before they expire.
 const credentialsSyncEvery = 30 * time.Second
 
 // syncCredentialsLoop keeps every mounter's credentials equal to the
@@ -50,10 +50,22 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 		return 0, fmt.Errorf("list persistent volumes: %w", err)
 	}
 	refs := map[string]*corev1.SecretReference{} // volume handle → its publish secret
+	ambiguous := map[string]bool{}
 	for _, pv := range pvs.Items {
-		if c := pv.Spec.CSI; c != nil && c.Driver == d.opts.Name {
-			refs[c.VolumeHandle] = c.ControllerPublishSecretRef
+		c := pv.Spec.CSI
+		if c == nil || c.Driver != d.opts.Name {
+			continue
 		}
+		if old, seen := refs[c.VolumeHandle]; seen && !sameRef(old, c.ControllerPublishSecretRef) {
+			// Static PVs of one bucket with different secrets: which
+			// one published the mounter is not known here.
+			ambiguous[c.VolumeHandle] = true
+		}
+		refs[c.VolumeHandle] = c.ControllerPublishSecretRef
+	}
+	for h := range ambiguous {
+		d.log.Warn("credentials sync: PVs of one volume name different secrets; not syncing it", "volume", h)
+		delete(refs, h)
 	}
 	// Each Secret is read once per pass, however many volumes share it.
 	type result struct {
@@ -94,13 +106,21 @@ func (d *Driver) publishCredentials(ctx context.Context, ref *corev1.SecretRefer
 		if err != nil {
 			return nil, err
 		}
+		if len(s.Data) == 0 {
+			// credentials() would fall back to the driver's defaults.
+			return nil, fmt.Errorf("secret %s/%s is empty", ref.Namespace, ref.Name)
+		}
 		secrets = map[string]string{}
 		for k, v := range s.Data {
 			secrets[k] = string(v)
 		}
-		for k, v := range s.StringData {
-			secrets[k] = v
-		}
 	}
 	return d.credentials(secrets, publishSecret)
+}
+
+func sameRef(a, b *corev1.SecretReference) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

@@ -3,6 +3,8 @@ package driver_test
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,11 +24,15 @@ import (
 func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 	const ns = "objfuse-system"
 	tmpl := spec.Template{Image: "objfuse:test"}
+	var pvOf func(drv, name, handle, secret string) *corev1.PersistentVolume
 	creds := func(ak string) map[string][]byte {
 		return map[string][]byte{s3store.AccessKeyFile: []byte(ak), s3store.SecretKeyFile: []byte(ak + "-secret")}
 	}
 	pv := func(name, handle, secret string) *corev1.PersistentVolume {
-		src := &corev1.CSIPersistentVolumeSource{Driver: driver.DefaultName, VolumeHandle: handle}
+		return pvOf(driver.DefaultName, name, handle, secret)
+	}
+	pvOf = func(drv, name, handle, secret string) *corev1.PersistentVolume {
+		src := &corev1.CSIPersistentVolumeSource{Driver: drv, VolumeHandle: handle}
 		if secret != "" {
 			src.ControllerPublishSecretRef = &corev1.SecretReference{Namespace: ns, Name: secret}
 		}
@@ -34,6 +40,12 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: src}}}
 	}
 	objs := []runtime.Object{
+		// Another driver's PV of the same handle, and its Secret: not ours.
+		pvOf("other.csi.io", "pv-other", "vol-no-pv", "other"),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}, Data: creds("new")},
+		// An emptied Secret does not hand the mounter the driver's defaults.
+		pv("pv-emptied", "vol-emptied", "emptied"),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "emptied"}},
 		pv("pv-rotated", "vol-rotated", "rotated"),
 		pv("pv-unchanged", "vol-unchanged", "unchanged"),
 		pv("pv-missing", "vol-missing", "gone"),
@@ -41,7 +53,7 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unchanged"}, Data: creds("same")},
 	}
 	mounters := map[string]string{ // volume → the key its mounter Secret holds now
-		"vol-rotated": "old", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old",
+		"vol-rotated": "old", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old", "vol-emptied": "old",
 	}
 	for vol, ak := range mounters {
 		m := spec.Mounter{VolumeID: vol, NodeID: "node-a"}
@@ -52,10 +64,17 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 		objs = append(objs, pod, m.Secret(pod, creds(ak)))
 	}
 	kc := fake.NewSimpleClientset(objs...)
+	defaults := t.TempDir() // the driver's own credentials, which no mounter here uses
+	for name, v := range creds("default") {
+		if err := os.WriteFile(filepath.Join(defaults, name), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d, err := driver.New(driver.Options{
-		Mode:       driver.ModeController,
-		Launcher:   &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()},
-		KubeClient: kc,
+		Mode:                  driver.ModeController,
+		DefaultCredentialsDir: defaults,
+		Launcher:              &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()},
+		KubeClient:            kc,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +86,7 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			t.Fatalf("pass %d: %d updated, %v; want %d", pass, n, err, wantUpdated)
 		}
 	}
-	want := map[string]string{"vol-rotated": "new", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old"}
+	want := map[string]string{"vol-rotated": "new", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old", "vol-emptied": "old"}
 	for vol, ak := range want {
 		m := spec.Mounter{VolumeID: vol, NodeID: "node-a"}
 		s, err := kc.CoreV1().Secrets(ns).Get(ctx, m.SecretName(), metav1.GetOptions{})

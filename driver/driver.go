@@ -7,6 +7,7 @@ package driver
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,12 @@ type Options struct {
 	// CredentialsSyncEvery is how often the controller copies rotated
 	// credentials into mounter Secrets; 0 means 30s.
 	CredentialsSyncEvery time.Duration
+	// MounterCheckEvery is how often the controller checks that every
+	// attached volume has its mounter pod; 0 means 10s.
+	MounterCheckEvery time.Duration
+	// Namespace is where mounter pods run; the node looks there for a
+	// mounter pod that replaced the one it was given.
+	Namespace string
 
 	// KubeletDir is kubelet's root directory; mounter sockets live in pod
 	// directories under it (node mode).
@@ -106,6 +113,9 @@ func New(opts Options) (*Driver, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MounterCheckEvery == 0 {
+		opts.MounterCheckEvery = mounterCheckEvery
+	}
 	if opts.CredentialsSyncEvery == 0 {
 		opts.CredentialsSyncEvery = credentialsSyncEvery
 	}
@@ -117,6 +127,17 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.MounterWait == 0 {
 		opts.MounterWait = 60 * time.Second
+	}
+	if opts.CABundle != "" {
+		// Checked here, where its name can be told: later it is merged
+		// into each volume's credentials.
+		pem, err := os.ReadFile(opts.CABundle)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-bundle: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-bundle %s holds no PEM certificates", opts.CABundle)
+		}
 	}
 	switch opts.Mode {
 	case ModeController, ModeNode, ModeAll:
@@ -166,6 +187,7 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 	if d.opts.serves(ModeController) && d.opts.KubeClient != nil {
 		go d.collectLoop(ctx)
 		go d.syncCredentialsLoop(ctx)
+		go d.relaunchLoop(ctx)
 	}
 	go func() {
 		<-ctx.Done()

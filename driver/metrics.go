@@ -22,6 +22,8 @@ type metrics struct {
 	orphans  prometheus.Counter
 	// credentialUpdates counts mounter Secrets brought up to a rotated source.
 	credentialUpdates prometheus.Counter
+	// relaunches counts mounter pods started again for attached volumes.
+	relaunches prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -43,11 +45,14 @@ func newMetrics() *metrics {
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "objfuse", Name: "orphaned_mounters_deleted_total", Help: "Mounter pods deleted for want of a VolumeAttachment.",
 		}),
+		relaunches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "mounters_relaunched_total", Help: "Mounter pods started again because an attached volume's pod was gone.",
+		}),
 		credentialUpdates: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "objfuse", Name: "mounter_credential_updates_total", Help: "Mounter credential Secrets updated after their source Secret changed.",
 		}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.orphans, m.credentialUpdates,
+	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.orphans, m.credentialUpdates, m.relaunches,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
 // reconcileLoop is the node's desired-versus-actual loop: every staged
@@ -108,6 +109,10 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 
 	// Only a mounter that is up and not serving can take a new handle.
 	rep, err := status()
+	if err != nil && d.findReplacedMounter(ctx, st) {
+		socket, _ = launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+		rep, err = status()
+	}
 	if err != nil || rep.Serving {
 		d.log.Info("mount broken; mounter not back yet", "volume", volumeID, "err", err)
 		return
@@ -126,4 +131,27 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		targets = append(targets, t)
 	}
 	d.events.VolumeRepaired(ctx, volumeID, targets)
+}
+
+// findReplacedMounter looks for a mounter pod that replaced st's (the
+// controller starts one for a volume still attached when the pod is
+// gone), remembers it and says whether there is one.
+func (d *Driver) findReplacedMounter(ctx context.Context, st *stagedVolume) bool {
+	if d.opts.KubeClient == nil {
+		return false
+	}
+	k := &launcher.Kube{Client: d.opts.KubeClient, Namespace: d.opts.Namespace}
+	uid, err := k.PodUID(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: d.opts.NodeID})
+	if err != nil {
+		d.log.Warn("look for a replaced mounter pod", "volume", st.VolumeID, "err", err)
+	}
+	if uid == "" || uid == st.MounterUID {
+		return false
+	}
+	d.log.Info("mounter pod replaced", "volume", st.VolumeID, "old", st.MounterUID, "new", uid)
+	st.MounterUID = uid
+	if err := d.saveState(st); err != nil {
+		d.log.Error("save state", "volume", st.VolumeID, "err", err)
+	}
+	return true
 }

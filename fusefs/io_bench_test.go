@@ -148,7 +148,8 @@ func BenchmarkRandRead4K(b *testing.B) {
 // BenchmarkRawRangedGet4K is the anchor of BenchmarkRandRead4K/minio: the
 // same reads as ranged GETs of minio-go itself, without FUSE or objfuse.
 func BenchmarkRawRangedGet4K(b *testing.B) {
-	st := benchBackends()[1].fresh(b).(*s3store.Store)
+	onMinIO := benchBackends()[1]
+	st := onMinIO.fresh(b).(*s3store.Store)
 	put(b, st, "big", randomBytes(benchFileSize))
 	c, bucket := st.Client(), st.Bucket()
 	rng := rand.New(rand.NewSource(1))

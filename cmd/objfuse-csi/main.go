@@ -62,7 +62,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.StringVar(&o.StateDir, "state-dir", "/var/lib/objfuse", "where FUSE mountpoints and volume state live (node mode)")
 	fl.DurationVar(&o.ReconcileEvery, "reconcile-interval", 5*time.Second, "how often the node checks its mounts")
 	fl.StringVar(&f.healthAddr, "health-addr", "", "serve /healthz and /metrics on this host:port")
-	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets (controller mode)")
+	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets")
 	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template (controller mode, pod launcher)")
 	fl.StringVar(&f.launcherKind, "launcher", "pod", "how mounters run: pod (in the cluster) or process (on this machine, for tests and demos)")
 	fl.StringVar(&f.mounterBinary, "mounter-binary", "objfuse-mount", "objfuse-mount binary (process launcher)")
@@ -137,6 +137,7 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 		return err
 	}
 	o.KubeClient = kc
+	o.Namespace = f.namespace
 	if o.Mode != driver.ModeNode {
 		switch f.launcherKind {
 		case "pod":

@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,7 @@ func (k *Kube) RefreshCredentials(ctx context.Context, current func(volumeID str
 	}
 	secrets := k.Client.CoreV1().Secrets(k.Namespace)
 	n := 0
+	var errs []error // one Secret that fails must not hold up the others
 	for _, pod := range pods.Items {
 		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode]}
 		if m.VolumeID == "" || pod.DeletionTimestamp != nil {
@@ -39,19 +41,25 @@ func (k *Kube) RefreshCredentials(ctx context.Context, current func(volumeID str
 			continue // being created or torn down by a publish call
 		}
 		if err != nil {
-			return n, fmt.Errorf("get mounter secret %s: %w", m.SecretName(), err)
+			errs = append(errs, fmt.Errorf("get mounter secret %s: %w", m.SecretName(), err))
+			continue
 		}
 		if sameData(have.Data, want) {
 			continue
 		}
 		have.Data = want
-		if _, err := secrets.Update(ctx, have, metav1.UpdateOptions{}); err != nil {
-			return n, fmt.Errorf("update mounter secret %s: %w", have.Name, err)
+		_, err = secrets.Update(ctx, have, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // a publish or unpublish got there first; next pass
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("update mounter secret %s: %w", have.Name, err))
+			continue
 		}
 		k.Logger.Info("updated mounter credentials", "secret", have.Name, "volume", m.VolumeID, "node", m.NodeID)
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }
 
 func sameData(a, b map[string][]byte) bool {

@@ -22,7 +22,9 @@ import (
 // keys, then work again through the same mount and the same mounter pod,
 // with no restart: the controller copies the new keys to the mounter.
 func TestRotatedCredentialsReachRunningMounts(t *testing.T) {
-	srv := miniotest.StartTLS(t, hostAddr) // its own server: the rotation must not touch the shared one
+	// Its own server, as the rotation must not touch the shared one; HTTPS
+	// because StartTLS is the start that listens where pods reach it.
+	srv := miniotest.StartTLS(t, hostAddr)
 	s := newSuite(t)
 	secretName := s.ns + "-rotating"
 	data := map[string]string{s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey, s3store.CABundleFile: string(srv.CA)}

@@ -18,6 +18,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
@@ -295,17 +296,22 @@ func TestNodePluginRestartKeepsStreaming(t *testing.T) {
 // crash) while a pod uses the volume. Its container restarts, the node
 // plugin mounts the volume again, a pod mounting it with HostToContainer
 // propagation reads and sees new data through it again, and gets an Event.
+// healScript writes /data/before, then waits (3 minutes at most) until
+// it reads back and /data/after, which the test puts into S3, is there:
+// what a pod sees of a mount broken and repaired under it.
+const healScript = `set -e; echo before > /data/before
+i=0; while [ $i -lt 360 ]; do
+  if [ "$(cat /data/before 2>/dev/null)" = before ] && [ -e /data/after ]; then echo healed; exit 0; fi
+  i=$((i+1)); sleep 0.5
+done; echo never healed; exit 1`
+
 func TestMounterKilledIsRepaired(t *testing.T) {
 	s := newSuite(t)
 	s.pvc("heal", scBucket, corev1.ReadWriteMany)
 	pv := s.boundPV("heal")
 	bucket, prefix := volume(pv)
 	h2c := corev1.MountPropagationHostToContainer
-	s.pod("reader", "heal", `set -e; echo before > /data/before
-i=0; while [ $i -lt 360 ]; do
-  if [ "$(cat /data/before 2>/dev/null)" = before ] && [ -e /data/after ]; then echo healed; exit 0; fi
-  i=$((i+1)); sleep 0.5
-done; echo never healed; exit 1`, podOpts{propagation: &h2c})
+	s.pod("reader", "heal", healScript, podOpts{propagation: &h2c})
 	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
 	s.eventually(time.Minute, "before to reach S3", func() (bool, error) {
 		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"before", minio.StatObjectOptions{})
@@ -391,5 +397,44 @@ func (s *suite) streamThrough(disrupt func()) {
 	buf.ReadFrom(o)
 	if n := strings.Count(buf.String(), "\n"); n != 40 {
 		t.Fatalf("log has %d lines, want 40", n)
+	}
+}
+
+// TestDeletedMounterIsReplaced: the mounter pod itself is deleted (by
+// hand, or evicted) while a pod uses the volume. The controller starts a
+// new mounter pod for the attached volume, and the node mounts the volume
+// again from it, in place: the reader sees the repaired mount.
+func TestDeletedMounterIsReplaced(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("replace", scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV("replace")
+	bucket, prefix := volume(pv)
+	h2c := corev1.MountPropagationHostToContainer
+	s.pod("reader", "replace", healScript, podOpts{propagation: &h2c})
+	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
+	s.eventually(time.Minute, "before to reach S3", func() (bool, error) {
+		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"before", minio.StatObjectOptions{})
+		return err == nil, nil
+	})
+	old := s.mounterPodOf(pv.Spec.CSI.VolumeHandle)
+	// No grace period: the mount breaks at once, as when an eviction's
+	// grace runs out while the pod still uses the volume.
+	if err := s.kc.CoreV1().Pods(driverNS).Delete(s.ctx(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.eventually(2*time.Minute, "a new mounter pod", func() (bool, error) {
+		p, err := s.kc.CoreV1().Pods(driverNS).Get(s.ctx(), old.Name, metav1.GetOptions{})
+		return err == nil && p.UID != old.UID && p.DeletionTimestamp == nil, err
+	})
+	// The node mounts again from the new pod, and tells the reader so.
+	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
+	t.Logf("the volume was mounted again %v after its mounter pod was deleted", time.Since(start).Round(time.Second))
+	data := []byte("after\n")
+	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"after", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "healed") {
+		t.Fatalf("reader: %q", out)
 	}
 }

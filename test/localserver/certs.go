@@ -23,6 +23,9 @@ type Certificates struct {
 // NewCertificates makes a CA and a server certificate for hosts (names
 // or IP addresses), valid from an hour ago for a day.
 func NewCertificates(hosts ...string) (Certificates, error) {
+	if len(hosts) == 0 {
+		return Certificates{}, fmt.Errorf("a server certificate needs a host name")
+	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Certificates{}, err

@@ -14,7 +14,9 @@ import (
 // of the credentials Secret) holding the PEM certificates of extra CAs to
 // trust for the endpoint: a private CA, such as an in-cluster MinIO's.
 // It travels with the credentials so that every part that talks to the
-// endpoint (controller and mounter pods) trusts the same CAs.
+// endpoint (controller and mounter pods) trusts the same CAs. Unlike the
+// keys, it is read when the store is made: a new CA reaches a running
+// mounter when its pod is restarted.
 const CABundleFile = "caBundle"
 
 // tlsConfig is what an https endpoint's certificate is checked against:
@@ -22,8 +24,11 @@ const CABundleFile = "caBundle"
 func tlsConfig(cfg Config) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	bundles, err := caBundles(cfg)
-	if err != nil || len(bundles) == 0 {
-		return c, err
+	if err != nil {
+		return nil, err
+	}
+	if len(bundles) == 0 {
+		return c, nil
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
@@ -91,7 +96,8 @@ func ExplainTLS(err error, endpoint string) (msg string, ok bool) {
 			issuer = fmt.Sprintf("%q", unknown.Cert.Issuer.String())
 		}
 		return fmt.Sprintf("S3 endpoint %s presents a TLS certificate issued by %s, which is not a trusted CA: "+
-			"put that CA's certificate (PEM) in the credentials Secret under the key %q, or start the driver with --ca-bundle", endpoint, issuer, CABundleFile), true
+			"put that CA's certificate (PEM) in the credentials Secret under the key %q, or start the driver with --ca-bundle "+
+			"(objfuse-mount: a %s file in --credentials-dir, or --ca-bundle)", endpoint, issuer, CABundleFile, CABundleFile), true
 	case errors.As(err, &host):
 		return fmt.Sprintf("S3 endpoint %s presents a TLS certificate for %s, not for %s: use an endpoint name the certificate covers",
 			endpoint, certNames(host.Certificate), host.Host), true

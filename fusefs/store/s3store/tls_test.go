@@ -48,37 +48,37 @@ func TestHTTPSEndpointTrust(t *testing.T) {
 	}
 	cases := []struct {
 		name    string
-		cfg     func() s3store.Config
+		cfg     func(t *testing.T) s3store.Config
 		wantErr []string // substrings; none means the check passes
 	}{
-		{"caBundle in the credentials directory", func() s3store.Config {
+		{"caBundle in the credentials directory", func(t *testing.T) s3store.Config {
 			c := base()
 			c.CredentialsDir = credsDir(t, srv.CA)
 			return c
 		}, nil},
-		{"caBundle with in-memory keys", func() s3store.Config {
+		{"caBundle with in-memory keys", func(t *testing.T) s3store.Config {
 			c := base()
 			c.Keys = &s3store.Keys{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey, CABundle: srv.CA}
 			return c
 		}, nil},
-		{"CA bundle file (--ca-bundle)", func() s3store.Config {
+		{"CA bundle file (--ca-bundle)", func(t *testing.T) s3store.Config {
 			c := base()
 			c.CredentialsDir = credsDir(t, nil)
 			c.CABundle = caFile
 			return c
 		}, nil},
-		{"no CA", func() s3store.Config {
+		{"no CA", func(t *testing.T) s3store.Config {
 			c := base()
 			c.CredentialsDir = credsDir(t, nil)
 			return c
 		}, []string{srv.Endpoint, "objfuse test CA", "not a trusted CA", `key "caBundle"`, "--ca-bundle"}},
-		{"https to a plain-HTTP port", func() s3store.Config {
+		{"https to a plain-HTTP port", func(t *testing.T) s3store.Config {
 			plain := miniotest.Start(t)
 			c := plain.Config()
 			c.Endpoint = strings.Replace(plain.Endpoint, "http://", "https://", 1)
 			return c
 		}, []string{"does not answer in TLS", "http://"}},
-		{"http to an HTTPS port", func() s3store.Config {
+		{"http to an HTTPS port", func(t *testing.T) s3store.Config {
 			c := base()
 			c.Endpoint = strings.Replace(srv.Endpoint, "https://", "http://", 1)
 			c.CredentialsDir = credsDir(t, nil)
@@ -87,7 +87,7 @@ func TestHTTPSEndpointTrust(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			st, err := s3store.New(tc.cfg(), bucket)
+			st, err := s3store.New(tc.cfg(t), bucket)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +131,9 @@ func TestHTTPSEndpointHostNameMismatch(t *testing.T) {
 // Bad bundles are refused when the store is built, naming where they came from.
 func TestCABundleWithoutCertificates(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk.pem")
-	os.WriteFile(junk, []byte("not a certificate"), 0o600)
+	if err := os.WriteFile(junk, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		cfg  s3store.Config

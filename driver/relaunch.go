@@ -1,0 +1,117 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+// mounterCheckEvery is how often the controller checks that every
+// attached volume still has its mounter pod.
+const mounterCheckEvery = 10 * time.Second
+
+// vaNodeIDAnnotation is where csi-attacher records the CSI node id of a
+// VolumeAttachment's node.
+const vaNodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
+
+// relaunchLoop starts a new mounter pod for a volume still attached to a
+// node whose mounter pod is gone: deleted by hand, evicted under node
+// pressure or by a drain while pods using it still run. Kubernetes calls
+// ControllerPublishVolume once per attachment, so nothing else would, and
+// every mount of the volume on that node would stay broken until its pods
+// were recreated. The node plugin finds the new pod and mounts again.
+func (d *Driver) relaunchLoop(ctx context.Context) {
+	k, ok := d.opts.Launcher.(*launcher.Kube)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(d.opts.MounterCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := d.relaunchMissing(ctx, k); err != nil {
+			d.log.Warn("mounter check", "err", err)
+		}
+	}
+}
+
+// relaunchMissing is one pass of relaunchLoop; it returns how many
+// mounters it started.
+func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, error) {
+	running, err := k.Running(ctx)
+	if err != nil {
+		return 0, err
+	}
+	vas, err := d.opts.KubeClient.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list volume attachments: %w", err)
+	}
+	n := 0
+	for i := range vas.Items {
+		va := &vas.Items[i]
+		pvName := va.Spec.Source.PersistentVolumeName
+		if va.Spec.Attacher != d.opts.Name || !va.Status.Attached || va.DeletionTimestamp != nil || pvName == nil {
+			continue
+		}
+		nodeID := va.Annotations[vaNodeIDAnnotation]
+		if nodeID == "" {
+			nodeID = va.Spec.NodeName
+		}
+		pv, err := d.opts.KubeClient.CoreV1().PersistentVolumes().Get(ctx, *pvName, metav1.GetOptions{})
+		if err != nil || pv.Spec.CSI == nil {
+			continue // gone meanwhile, or not ours
+		}
+		if running[spec.Mounter{VolumeID: pv.Spec.CSI.VolumeHandle, NodeID: nodeID}.Key()] {
+			continue
+		}
+		if err := d.relaunch(ctx, k, va.Name, pv, nodeID); err != nil {
+			d.log.Error("relaunch mounter", "volume", pv.Spec.CSI.VolumeHandle, "node", nodeID, "err", err)
+			continue
+		}
+		n++
+	}
+	d.metrics.relaunches.Add(float64(n))
+	return n, nil
+}
+
+// relaunch starts pv's mounter on nodeID as ControllerPublishVolume did:
+// the same volume, read-only flag and credentials.
+func (d *Driver) relaunch(ctx context.Context, k *launcher.Kube, vaName string, pv *corev1.PersistentVolume, nodeID string) error {
+	src := pv.Spec.CSI
+	v, err := volume.FromContext(src.VolumeHandle, src.VolumeAttributes, d.opts.S3Defaults)
+	if err != nil {
+		return err
+	}
+	creds, err := d.publishCredentials(ctx, src.ControllerPublishSecretRef)
+	if err != nil {
+		return err
+	}
+	m := spec.Mounter{VolumeID: src.VolumeHandle, NodeID: nodeID, Volume: v, ReadOnly: src.ReadOnly || readOnlyAccess(pv.Spec.AccessModes)}
+	defer d.locks.lock("publish/" + m.Key())()
+	// ControllerUnpublishVolume may have run since the list: a mounter
+	// started now would only be collected as an orphan later.
+	va, err := d.opts.KubeClient.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
+	if err != nil || !va.Status.Attached || va.DeletionTimestamp != nil {
+		return nil
+	}
+	d.log.Warn("mounter pod of an attached volume is gone; starting a new one", "volume", m.VolumeID, "node", nodeID)
+	_, err = k.Launch(ctx, m, creds)
+	return err
+}
+
+// readOnlyAccess says whether access modes make csi-attacher publish the
+// volume read-only (a reader-only access mode).
+func readOnlyAccess(modes []corev1.PersistentVolumeAccessMode) bool {
+	return len(modes) == 1 && modes[0] == corev1.ReadOnlyMany
+}

@@ -1,0 +1,50 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+// Running lists the keys (spec.Mounter.Key) of the mounter pods that
+// are alive: not finished, and not being deleted.
+func (k *Kube) Running(ctx context.Context) (map[string]bool, error) {
+	list, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: spec.LabelComponent + "=" + spec.ComponentMounter})
+	if err != nil {
+		return nil, fmt.Errorf("list mounter pods: %w", err)
+	}
+	out := map[string]bool{}
+	for _, pod := range list.Items {
+		if alive(&pod) {
+			out[pod.Labels[spec.LabelKey]] = true
+		}
+	}
+	return out, nil
+}
+
+// PodUID is the UID of m's live mounter pod, or "" when there is none:
+// the node's way to find a mounter pod that replaced the one
+// ControllerPublishVolume named.
+func (k *Kube) PodUID(ctx context.Context, m spec.Mounter) (string, error) {
+	pod, err := k.Client.CoreV1().Pods(k.Namespace).Get(ctx, m.PodName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("get mounter pod %s: %w", m.PodName(), err)
+	}
+	if !alive(pod) || pod.Annotations[spec.AnnotationVolume] != m.VolumeID {
+		return "", nil
+	}
+	return string(pod.UID), nil
+}
+
+func alive(pod *corev1.Pod) bool {
+	finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return pod.DeletionTimestamp == nil && !finished
+}
