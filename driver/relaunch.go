@@ -75,6 +75,9 @@ func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, er
 		if running[spec.Mounter{VolumeID: pv.Spec.CSI.VolumeHandle, NodeID: nodeID}.Key()] {
 			continue
 		}
+		if ok, err := k.NodeExists(ctx, nodeID); err != nil || !ok {
+			continue // a node that is gone needs no mounter; its attachments go too
+		}
 		if err := d.relaunch(ctx, k, va.Name, pv, nodeID); err != nil {
 			d.log.Error("relaunch mounter", "volume", pv.Spec.CSI.VolumeHandle, "node", nodeID, "err", err)
 			continue
