@@ -292,6 +292,11 @@ func (d *Driver) deleteBucket(ctx context.Context, c *minio.Client, id volume.ID
 	case code == "NoSuchBucket":
 		return nil
 	case code == "NoSuchTagSet":
+		// MinIO answers so for a bucket deleted a moment ago, too (a
+		// repeated DeleteVolume): only warn about one that is there.
+		if ok, err := c.BucketExists(ctx, id.Bucket); err == nil && !ok {
+			return nil
+		}
 		d.log.Warn("delete: bucket has no objfuse tags; leaving it and its data", "bucket", id.Bucket)
 		return nil
 	case err != nil:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
@@ -45,13 +46,13 @@ func (d *Driver) syncCredentialsLoop(ctx context.Context) {
 // syncCredentials is one pass of syncCredentialsLoop; it returns how many
 // mounter Secrets it changed.
 func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, error) {
-	pvs, err := d.opts.KubeClient.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	pvs, err := d.cache.pvs.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list persistent volumes: %w", err)
 	}
 	refs := map[string]*corev1.SecretReference{} // volume handle → its publish secret
 	ambiguous := map[string]bool{}
-	for _, pv := range pvs.Items {
+	for _, pv := range pvs {
 		c := pv.Spec.CSI
 		if c == nil || c.Driver != d.opts.Name {
 			continue

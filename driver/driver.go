@@ -94,6 +94,8 @@ type Driver struct {
 	log     *slog.Logger
 	metrics *metrics
 	locks   keyLocks
+	// cache feeds the controller's periodic loops (set before they start).
+	cache *clusterCache
 
 	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
 	abnormalMu sync.Mutex
@@ -184,10 +186,16 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 		}
 		go d.reconcileLoop(ctx)
 	}
-	if d.opts.serves(ModeController) && d.opts.KubeClient != nil {
-		go d.collectLoop(ctx)
-		go d.syncCredentialsLoop(ctx)
-		go d.relaunchLoop(ctx)
+	if k, ok := d.opts.Launcher.(*launcher.Kube); ok && d.opts.serves(ModeController) && d.opts.KubeClient != nil {
+		go func() {
+			if err := d.startCache(ctx, k); err != nil {
+				d.log.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
+				return
+			}
+			go d.collectLoop(ctx)
+			go d.syncCredentialsLoop(ctx)
+			go d.relaunchLoop(ctx)
+		}()
 	}
 	go func() {
 		<-ctx.Done()

@@ -6,6 +6,12 @@ import (
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 )
 
+// StartCache fills the controller's cluster cache, as Serve does before
+// its loops start.
+func StartCache(ctx context.Context, d *Driver) error {
+	return d.startCache(ctx, d.opts.Launcher.(*launcher.Kube))
+}
+
 // SyncCredentials runs one pass of the controller's credentials sync.
 func SyncCredentials(ctx context.Context, d *Driver) (int, error) {
 	return d.syncCredentials(ctx, d.opts.Launcher.(*launcher.Kube))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/objfuse/objfuse/driver/volume"
@@ -53,13 +54,12 @@ func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, er
 	if err != nil {
 		return 0, err
 	}
-	vas, err := d.opts.KubeClient.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	vas, err := d.cache.vas.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list volume attachments: %w", err)
 	}
 	n := 0
-	for i := range vas.Items {
-		va := &vas.Items[i]
+	for _, va := range vas {
 		pvName := va.Spec.Source.PersistentVolumeName
 		if va.Spec.Attacher != d.opts.Name || !va.Status.Attached || va.DeletionTimestamp != nil || pvName == nil {
 			continue
@@ -68,11 +68,16 @@ func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, er
 		if nodeID == "" {
 			nodeID = va.Spec.NodeName
 		}
-		pv, err := d.opts.KubeClient.CoreV1().PersistentVolumes().Get(ctx, *pvName, metav1.GetOptions{})
+		pv, err := d.cache.pvs.Get(*pvName)
 		if err != nil || pv.Spec.CSI == nil {
 			continue // gone meanwhile, or not ours
 		}
-		if running[spec.Mounter{VolumeID: pv.Spec.CSI.VolumeHandle, NodeID: nodeID}.Key()] {
+		m := spec.Mounter{VolumeID: pv.Spec.CSI.VolumeHandle, NodeID: nodeID}
+		if running[m.Key()] {
+			continue
+		}
+		// The cache may lag behind a publish that just made the pod.
+		if uid, err := k.PodUID(ctx, m); err != nil || uid != "" {
 			continue
 		}
 		if ok, err := k.NodeExists(ctx, nodeID); err != nil || !ok {

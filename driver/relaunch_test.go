@@ -1,7 +1,6 @@
 package driver_test
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -72,7 +71,10 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
+	if err := driver.StartCache(ctx, d); err != nil {
+		t.Fatal(err)
+	}
 	for pass, want := range []int{1, 0} {
 		if n, err := driver.RelaunchMissing(ctx, d); err != nil || n != want {
 			t.Fatalf("pass %d: %d relaunched, %v; want %d", pass, n, err, want)

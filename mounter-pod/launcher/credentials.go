@@ -20,14 +20,14 @@ import (
 // mount keeps working without a restart. Volumes current does not know
 // (ok false) are left alone.
 func (k *Kube) RefreshCredentials(ctx context.Context, current func(volumeID string) (creds map[string][]byte, ok bool)) (int, error) {
-	pods, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: spec.LabelComponent + "=" + spec.ComponentMounter})
+	pods, err := k.mounterPods(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list mounter pods: %w", err)
+		return 0, err
 	}
 	secrets := k.Client.CoreV1().Secrets(k.Namespace)
 	n := 0
 	var errs []error // one Secret that fails must not hold up the others
-	for _, pod := range pods.Items {
+	for _, pod := range pods {
 		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode]}
 		if m.VolumeID == "" || pod.DeletionTimestamp != nil {
 			continue
@@ -36,7 +36,7 @@ func (k *Kube) RefreshCredentials(ctx context.Context, current func(volumeID str
 		if !ok {
 			continue
 		}
-		have, err := secrets.Get(ctx, m.SecretName(), metav1.GetOptions{})
+		have, err := k.mounterSecret(ctx, m.SecretName())
 		if apierrors.IsNotFound(err) {
 			continue // being created or torn down by a publish call
 		}

@@ -14,13 +14,13 @@ import (
 // Running lists the keys (spec.Mounter.Key) of the mounter pods that
 // are alive: not finished, and not being deleted.
 func (k *Kube) Running(ctx context.Context) (map[string]bool, error) {
-	list, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: spec.LabelComponent + "=" + spec.ComponentMounter})
+	pods, err := k.mounterPods(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list mounter pods: %w", err)
+		return nil, err
 	}
 	out := map[string]bool{}
-	for _, pod := range list.Items {
-		if alive(&pod) {
+	for _, pod := range pods {
+		if alive(pod) {
 			out[pod.Labels[spec.LabelKey]] = true
 		}
 	}

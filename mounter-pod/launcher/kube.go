@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
@@ -26,6 +28,46 @@ type Kube struct {
 	// Poll is how often the pod is checked; tests shorten it.
 	Poll   time.Duration
 	Logger *slog.Logger
+	// Pods and Secrets, when set, are watch-fed listers of the mounter
+	// pods and Secrets in Namespace, which the periodic passes (orphans,
+	// credentials, relaunches) read instead of asking the API server.
+	Pods    corelisters.PodNamespaceLister
+	Secrets corelisters.SecretNamespaceLister
+}
+
+// mounterPods lists the mounter pods, from the lister when there is one.
+// They are shared with the lister's cache: not to be changed.
+func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
+	selector := spec.LabelComponent + "=" + spec.ComponentMounter
+	if k.Pods != nil {
+		sel, err := labels.Parse(selector)
+		if err != nil {
+			return nil, err
+		}
+		return k.Pods.List(sel)
+	}
+	list, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list mounter pods: %w", err)
+	}
+	out := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// mounterSecret gets a mounter's Secret, from the lister when there is
+// one, as a copy the caller may change.
+func (k *Kube) mounterSecret(ctx context.Context, name string) (*corev1.Secret, error) {
+	if k.Secrets != nil {
+		s, err := k.Secrets.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		return s.DeepCopy(), nil
+	}
+	return k.Client.CoreV1().Secrets(k.Namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 func (k *Kube) poll() time.Duration {
@@ -255,12 +297,12 @@ func (k *Kube) deleteAndWait(ctx context.Context, name string) error {
 // node) pair attached() no longer knows: left behind when a
 // ControllerUnpublish never came (a deleted VolumeAttachment, a crash).
 func (k *Kube) CollectOrphans(ctx context.Context, minAge time.Duration, attached func(volumeID, nodeID string) bool) (int, error) {
-	list, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: spec.LabelComponent + "=" + spec.ComponentMounter})
+	pods, err := k.mounterPods(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list mounter pods: %w", err)
+		return 0, err
 	}
 	n := 0
-	for _, pod := range list.Items {
+	for _, pod := range pods {
 		vol, node := pod.Annotations[spec.AnnotationVolume], pod.Annotations[spec.AnnotationNode]
 		if vol == "" || pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge || attached(vol, node) {
 			continue
