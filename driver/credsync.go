@@ -19,32 +19,13 @@ import (
 // tokens (15 minutes at the shortest) that long before they expire.
 const credentialsSyncEvery = 30 * time.Second
 
-// syncCredentialsLoop keeps every mounter's credentials equal to the
-// Secret its PersistentVolume names for ControllerPublish. Kubernetes
-// hands secrets to the driver only in CSI calls, and a mount lives much
-// longer than one: without this, rotating a StorageClass's keys, or an
-// expiring session token, would break every running mount.
-func (d *Driver) syncCredentialsLoop(ctx context.Context) {
-	k, ok := d.opts.Launcher.(*launcher.Kube)
-	if !ok {
-		return
-	}
-	t := time.NewTicker(d.opts.CredentialsSyncEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := d.syncCredentials(ctx, k); err != nil {
-			d.log.Warn("credentials sync", "err", err)
-		}
-	}
-}
-
-// syncCredentials is one pass of syncCredentialsLoop; it returns how many
-// mounter Secrets it changed.
+// syncCredentials keeps every mounter's credentials equal to the Secret
+// its PersistentVolume names for ControllerPublish, and returns how many
+// mounter Secrets it changed. Kubernetes hands secrets to the driver only
+// in CSI calls, and a mount lives much longer than one: without this,
+// rotating a StorageClass's keys, or an expiring session token, would
+// break every running mount. The controller runs it every
+// CredentialsSyncEvery.
 func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, error) {
 	pvs, err := d.cache.pvs.List(labels.Everything())
 	if err != nil {

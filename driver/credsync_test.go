@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -70,19 +71,11 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := driver.New(driver.Options{
-		Mode:                  driver.ModeController,
+	d, ctx := cachedController(t, driver.Options{
 		DefaultCredentialsDir: defaults,
 		Launcher:              &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()},
 		KubeClient:            kc,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if err := driver.StartCache(ctx, d); err != nil {
-		t.Fatal(err)
-	}
 	if n, err := driver.SyncCredentials(ctx, d); err != nil || n != 1 {
 		t.Fatalf("first pass: %d updated, %v; want 1", n, err)
 	}
@@ -113,4 +106,20 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			t.Errorf("%s's mounter holds key %q, want %q", vol, got, ak)
 		}
 	}
+}
+
+// cachedController is a controller on a fake API, its cluster cache
+// filled, as the periodic passes find it; it stops when the test ends.
+func cachedController(t *testing.T, opts driver.Options) (*driver.Driver, context.Context) {
+	t.Helper()
+	opts.Mode = driver.ModeController
+	d, err := driver.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := driver.StartCache(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	return d, ctx
 }

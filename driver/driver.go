@@ -192,9 +192,17 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 				d.log.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
 				return
 			}
-			go d.collectLoop(ctx)
-			go d.syncCredentialsLoop(ctx)
-			go d.relaunchLoop(ctx)
+			go every(ctx, time.Minute, func() { d.collectOrphans(ctx, k) })
+			go every(ctx, d.opts.CredentialsSyncEvery, func() {
+				if _, err := d.syncCredentials(ctx, k); err != nil {
+					d.log.Warn("credentials sync", "err", err)
+				}
+			})
+			go every(ctx, d.opts.MounterCheckEvery, func() {
+				if _, err := d.relaunchMissing(ctx, k); err != nil {
+					d.log.Warn("mounter check", "err", err)
+				}
+			})
 		}()
 	}
 	go func() {
@@ -203,6 +211,21 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 	}()
 	d.log.Info("serving CSI", "endpoint", endpoint, "mode", d.opts.Mode, "name", d.opts.Name, "version", d.opts.Version)
 	return srv.Serve(l)
+}
+
+// every runs pass each period, the first time one period from now, until
+// ctx ends: the controller's periodic loops.
+func every(ctx context.Context, period time.Duration, pass func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pass()
+	}
 }
 
 // Listen opens a CSI endpoint, replacing a stale socket.

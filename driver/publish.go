@@ -89,31 +89,19 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 // older than any ControllerPublish that could still be creating it.
 const orphanAge = 5 * time.Minute
 
-// collectLoop deletes mounter pods no VolumeAttachment accounts for.
-func (d *Driver) collectLoop(ctx context.Context) {
-	k, ok := d.opts.Launcher.(*launcher.Kube)
-	if !ok {
+// collectOrphans deletes mounter pods no VolumeAttachment accounts for;
+// the controller runs it every minute.
+func (d *Driver) collectOrphans(ctx context.Context, k *launcher.Kube) {
+	attached, err := d.attachments(ctx)
+	if err != nil {
+		d.log.Warn("orphan collection: list attachments", "err", err)
 		return
 	}
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		attached, err := d.attachments(ctx)
-		if err != nil {
-			d.log.Warn("orphan collection: list attachments", "err", err)
-			continue
-		}
-		n, err := k.CollectOrphans(ctx, orphanAge, func(vol, node string) bool { return attached[vol+"\x00"+node] })
-		if err != nil {
-			d.log.Warn("orphan collection", "err", err)
-		}
-		d.metrics.orphans.Add(float64(n))
+	n, err := k.CollectOrphans(ctx, orphanAge, func(vol, node string) bool { return attached[vol+"\x00"+node] })
+	if err != nil {
+		d.log.Warn("orphan collection", "err", err)
 	}
+	d.metrics.orphans.Add(float64(n))
 }
 
 // attachments are the (volume handle, node) pairs of this driver's

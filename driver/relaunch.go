@@ -22,33 +22,14 @@ const mounterCheckEvery = 10 * time.Second
 // VolumeAttachment's node.
 const vaNodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
 
-// relaunchLoop starts a new mounter pod for a volume still attached to a
-// node whose mounter pod is gone: deleted by hand, evicted under node
-// pressure or by a drain while pods using it still run. Kubernetes calls
-// ControllerPublishVolume once per attachment, so nothing else would, and
-// every mount of the volume on that node would stay broken until its pods
-// were recreated. The node plugin finds the new pod and mounts again.
-func (d *Driver) relaunchLoop(ctx context.Context) {
-	k, ok := d.opts.Launcher.(*launcher.Kube)
-	if !ok {
-		return
-	}
-	t := time.NewTicker(d.opts.MounterCheckEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := d.relaunchMissing(ctx, k); err != nil {
-			d.log.Warn("mounter check", "err", err)
-		}
-	}
-}
-
-// relaunchMissing is one pass of relaunchLoop; it returns how many
-// mounters it started.
+// relaunchMissing starts a new mounter pod for each volume still attached
+// to a node whose mounter pod is gone (deleted by hand, evicted under node
+// pressure or by a drain while pods using it still run), and returns how
+// many it started. Kubernetes calls ControllerPublishVolume once per
+// attachment, so nothing else would, and every mount of the volume on
+// that node would stay broken until its pods were recreated. The node
+// plugin finds the new pod and mounts again. The controller runs it every
+// MounterCheckEvery.
 func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, error) {
 	running, err := k.Running(ctx)
 	if err != nil {

@@ -62,19 +62,11 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 		return false, nil, nil
 	})
-	d, err := driver.New(driver.Options{
-		Mode: driver.ModeController,
+	d, ctx := cachedController(t, driver.Options{
 		Launcher: &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 5 * time.Second,
 			Poll: 10 * time.Millisecond, Logger: slog.Default()},
 		KubeClient: kc,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if err := driver.StartCache(ctx, d); err != nil {
-		t.Fatal(err)
-	}
 	for pass, want := range []int{1, 0} {
 		if n, err := driver.RelaunchMissing(ctx, d); err != nil || n != want {
 			t.Fatalf("pass %d: %d relaunched, %v; want %d", pass, n, err, want)

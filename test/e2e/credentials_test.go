@@ -9,7 +9,6 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
@@ -26,19 +25,8 @@ func TestRotatedCredentialsReachRunningMounts(t *testing.T) {
 	// because StartTLS is the start that listens where pods reach it.
 	srv := miniotest.StartTLS(t, hostAddr)
 	s := newSuite(t)
-	secretName := s.ns + "-rotating"
-	data := map[string]string{s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey, s3store.CABundleFile: string(srv.CA)}
-	if _, err := s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: secretName}, StringData: data,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), secretName, metav1.DeleteOptions{}) })
-	sc := s.storageClassVariant("rotating", func(sc *storagev1.StorageClass) {
-		sc.Parameters["endpoint"] = srv.Endpoint
-		sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = secretName
-		sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = secretName
-	})
+	sc, secretName := s.storageClassWithSecret("rotating", srv.Endpoint, map[string]string{
+		s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey, s3store.CABundleFile: string(srv.CA)})
 	t.Cleanup(s.deleteNamespace) // before the Secret and the server go
 
 	s.pvc("rotating", sc, corev1.ReadWriteMany)

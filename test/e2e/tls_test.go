@@ -13,8 +13,6 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/test/miniotest"
@@ -36,25 +34,13 @@ func TestHTTPSEndpointWithPrivateCA(t *testing.T) {
 	s := newSuite(t)
 	// Volumes go before the server and the Secrets do: deleting them
 	// needs both. (Cleanups run last registered first.)
-	storageClass := func(suffix string, withCA bool) string {
-		data := map[string]string{s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey}
-		if withCA {
-			data[s3store.CABundleFile] = string(srv.CA)
-		}
-		name := s.ns + "-" + suffix
-		if _, err := s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data,
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), name, metav1.DeleteOptions{}) })
-		return s.storageClassVariant(suffix, func(sc *storagev1.StorageClass) {
-			sc.Parameters["endpoint"] = srv.Endpoint
-			sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = name
-			sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = name
-		})
+	keys := map[string]string{s3store.AccessKeyFile: miniotest.AccessKey, s3store.SecretKeyFile: miniotest.SecretKey}
+	withCA := map[string]string{s3store.CABundleFile: string(srv.CA)}
+	for k, v := range keys {
+		withCA[k] = v
 	}
-	trusted, untrusted := storageClass("tls", true), storageClass("untrusted", false)
+	trusted, _ := s.storageClassWithSecret("tls", srv.Endpoint, withCA)
+	untrusted, _ := s.storageClassWithSecret("untrusted", srv.Endpoint, keys)
 	t.Cleanup(s.deleteNamespace)
 
 	s.pvc("untrusted", untrusted, corev1.ReadWriteMany)

@@ -250,19 +250,7 @@ func TestNonRootWithFSGroup(t *testing.T) {
 // PVC Pending with an Event that names the cause.
 func TestWrongCredentials(t *testing.T) {
 	s := newSuite(t)
-	secretName := s.ns + "-wrong"
-	_, err := s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: secretName},
-		StringData: map[string]string{"accessKeyID": "nobody", "secretAccessKey": "wrong-secret"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), secretName, metav1.DeleteOptions{}) })
-	sc := s.storageClassVariant("wrong", func(sc *storagev1.StorageClass) {
-		sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = secretName
-		sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = secretName
-	})
+	sc, _ := s.storageClassWithSecret("wrong", "", map[string]string{"accessKeyID": "nobody", "secretAccessKey": "wrong-secret"})
 	s.pvc("wrong", sc, corev1.ReadWriteMany)
 	s.eventFor(s.ns, "PersistentVolumeClaim", "wrong", "InvalidAccessKeyId", 60*time.Second)
 }
@@ -305,30 +293,46 @@ i=0; while [ $i -lt 360 ]; do
   i=$((i+1)); sleep 0.5
 done; echo never healed; exit 1`
 
-func TestMounterKilledIsRepaired(t *testing.T) {
-	s := newSuite(t)
-	s.pvc("heal", scBucket, corev1.ReadWriteMany)
-	pv := s.boundPV("heal")
+// healingReader makes a PVC and a pod "reader" running healScript on it
+// (seeing repaired mounts in place), and waits until its first file is in S3.
+func (s *suite) healingReader(pvcName string) *corev1.PersistentVolume {
+	s.t.Helper()
+	s.pvc(pvcName, scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV(pvcName)
 	bucket, prefix := volume(pv)
 	h2c := corev1.MountPropagationHostToContainer
-	s.pod("reader", "heal", healScript, podOpts{propagation: &h2c})
+	s.pod("reader", pvcName, healScript, podOpts{propagation: &h2c})
 	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
 	s.eventually(time.Minute, "before to reach S3", func() (bool, error) {
 		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"before", minio.StatObjectOptions{})
 		return err == nil, nil
 	})
+	return pv
+}
+
+// expectHealed puts the reader's /data/after into S3 and waits for the
+// reader to see it, and its own file, through the volume's mount.
+func (s *suite) expectHealed(pv *corev1.PersistentVolume) {
+	s.t.Helper()
+	bucket, prefix := volume(pv)
+	data := []byte("after\n")
+	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"after", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "healed") {
+		s.t.Fatalf("reader: %q", out)
+	}
+}
+
+func TestMounterKilledIsRepaired(t *testing.T) {
+	s := newSuite(t)
+	pv := s.healingReader("heal")
 	mounter := s.mounterPodOf(pv.Spec.CSI.VolumeHandle).Name
 	// PID 1 ignores SIGKILL from inside its container; Go dies on SIGQUIT.
 	if out, err := s.exec(driverNS, mounter, "mounter", "kill", "-QUIT", "1"); err != nil {
 		t.Fatalf("kill the mounter: %v %s", err, out)
 	}
-	data := []byte("after\n")
-	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"after", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "healed") {
-		t.Fatalf("reader: %q", out)
-	}
+	s.expectHealed(pv)
 	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
 }
 
@@ -339,6 +343,27 @@ func TestUnknownEndpoint(t *testing.T) {
 	sc := s.storageClassVariant("nowhere", func(sc *storagev1.StorageClass) { sc.Parameters["endpoint"] = "http://127.0.0.1:1" })
 	s.pvc("nowhere", sc, corev1.ReadWriteMany)
 	s.eventFor(s.ns, "PersistentVolumeClaim", "nowhere", "cannot reach S3 endpoint http://127.0.0.1:1", 60*time.Second)
+}
+
+// storageClassWithSecret creates a Secret of data in the driver's
+// namespace and a variant of the bucket-per-volume StorageClass that
+// uses it (and endpoint, unless ""); both go when the test ends.
+func (s *suite) storageClassWithSecret(suffix, endpoint string, data map[string]string) (scName, secretName string) {
+	s.t.Helper()
+	secretName = s.ns + "-" + suffix
+	if _, err := s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secretName}, StringData: data,
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), secretName, metav1.DeleteOptions{}) })
+	return s.storageClassVariant(suffix, func(sc *storagev1.StorageClass) {
+		if endpoint != "" {
+			sc.Parameters["endpoint"] = endpoint
+		}
+		sc.Parameters["csi.storage.k8s.io/provisioner-secret-name"] = secretName
+		sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] = secretName
+	}), secretName
 }
 
 // storageClassVariant creates a copy of the bucket-per-volume StorageClass
@@ -406,16 +431,7 @@ func (s *suite) streamThrough(disrupt func()) {
 // again from it, in place: the reader sees the repaired mount.
 func TestDeletedMounterIsReplaced(t *testing.T) {
 	s := newSuite(t)
-	s.pvc("replace", scBucket, corev1.ReadWriteMany)
-	pv := s.boundPV("replace")
-	bucket, prefix := volume(pv)
-	h2c := corev1.MountPropagationHostToContainer
-	s.pod("reader", "replace", healScript, podOpts{propagation: &h2c})
-	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
-	s.eventually(time.Minute, "before to reach S3", func() (bool, error) {
-		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"before", minio.StatObjectOptions{})
-		return err == nil, nil
-	})
+	pv := s.healingReader("replace")
 	old := s.mounterPodOf(pv.Spec.CSI.VolumeHandle)
 	// No grace period: the mount breaks at once, as when an eviction's
 	// grace runs out while the pod still uses the volume.
@@ -430,11 +446,5 @@ func TestDeletedMounterIsReplaced(t *testing.T) {
 	// The node mounts again from the new pod, and tells the reader so.
 	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
 	t.Logf("the volume was mounted again %v after its mounter pod was deleted", time.Since(start).Round(time.Second))
-	data := []byte("after\n")
-	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"after", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "healed") {
-		t.Fatalf("reader: %q", out)
-	}
+	s.expectHealed(pv)
 }

@@ -62,27 +62,17 @@ func Binary() (string, error) {
 // if MinIO is missing: tests that need S3 are never skipped.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds")}
-	if err := os.MkdirAll(s.CredsDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
-	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
-	s.Addr = freeAddr(t)
-	s.Endpoint = "http://" + s.Addr
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	return startHTTP(t, "")
 }
 
 // StartInRegion starts a MinIO whose buckets are in region, which
 // requests must be signed for; Config says so.
 func StartInRegion(t testing.TB, region string) *Server {
+	t.Helper()
+	return startHTTP(t, region)
+}
+
+func startHTTP(t testing.TB, region string) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
