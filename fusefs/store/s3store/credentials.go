@@ -97,14 +97,21 @@ func (p *fileProvider) IsExpired() bool {
 	p.checked = now
 	files := p.stat()
 	for i, fi := range files {
-		was := p.lastRead[i]
-		if (fi == nil) != (was == nil) || fi != nil && (!os.SameFile(fi, was) || !fi.ModTime().Equal(was.ModTime()) || fi.Size() != was.Size()) {
+		if changed(fi, p.lastRead[i]) {
 			// Expired until read again: callers ask more than once.
 			p.expires = time.Time{}
 			return true
 		}
 	}
 	return false
+}
+
+// changed says whether a file (nil: missing) is not the one it was.
+func changed(now, was os.FileInfo) bool {
+	if now == nil || was == nil {
+		return now != was
+	}
+	return !os.SameFile(now, was) || !now.ModTime().Equal(was.ModTime()) || now.Size() != was.Size()
 }
 
 // stat describes the credential files (nil for a missing one), to tell
