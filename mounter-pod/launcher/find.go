@@ -44,6 +44,8 @@ func (k *Kube) PodUID(ctx context.Context, m spec.Mounter) (string, error) {
 	return string(pod.UID), nil
 }
 
+// alive says whether a pod may still serve: not finished, and not being
+// deleted (a pod that is gets replaced, not adopted).
 func alive(pod *corev1.Pod) bool {
 	finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	return pod.DeletionTimestamp == nil && !finished

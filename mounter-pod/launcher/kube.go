@@ -128,8 +128,7 @@ func (k *Kube) ensurePod(ctx context.Context, want *corev1.Pod) (*corev1.Pod, er
 		if err != nil {
 			return nil, fmt.Errorf("get mounter pod %s: %w", want.Name, err)
 		}
-		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		if pod.DeletionTimestamp == nil && !finished {
+		if alive(pod) {
 			if pod.Annotations[spec.AnnotationReadOnly] != want.Annotations[spec.AnnotationReadOnly] {
 				return nil, fmt.Errorf("%w: mounter pod %s has read-only=%s", ErrIncompatible, pod.Name, pod.Annotations[spec.AnnotationReadOnly])
 			}

@@ -74,22 +74,31 @@ func StartInRegion(t testing.TB, region string) *Server {
 
 func startHTTP(t testing.TB, region string) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds"), Region: region}
-	if err := os.MkdirAll(s.CredsDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
-	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
+	s, _ := newServer(t)
+	s.Region = region
 	s.Addr = freeAddr(t)
 	s.Endpoint = "http://" + s.Addr
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// newServer is a server not yet started, in a directory of t's (returned)
+// with its data and a credentials directory holding the test keys.
+func newServer(t testing.TB) (*Server, string) {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds")}
+	if err := os.MkdirAll(s.CredsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
+	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
+	return s, dir
 }
 
 // StartTLS starts a MinIO serving HTTPS with a certificate from a private
@@ -99,10 +108,6 @@ func startHTTP(t testing.TB, region string) *Server {
 // it is an IP address.
 func StartTLS(t testing.TB, hosts ...string) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(hosts) == 0 {
 		hosts = []string{"127.0.0.1", "localhost"}
 	}
@@ -110,18 +115,13 @@ func StartTLS(t testing.TB, hosts ...string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), CredsDir: filepath.Join(dir, "creds"),
-		certsDir: filepath.Join(dir, "certs"), CA: certs.CA}
-	for _, d := range []string{s.CredsDir, s.certsDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+	s, dir := newServer(t)
+	s.certsDir, s.CA = filepath.Join(dir, "certs"), certs.CA
+	if err := os.MkdirAll(s.certsDir, 0o700); err != nil {
+		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(s.certsDir, "public.crt"), string(certs.Cert))
 	writeFile(t, filepath.Join(s.certsDir, "private.key"), string(certs.Key))
-	writeFile(t, filepath.Join(s.CredsDir, s3store.AccessKeyFile), AccessKey)
-	writeFile(t, filepath.Join(s.CredsDir, s3store.SecretKeyFile), SecretKey)
 	writeFile(t, filepath.Join(s.CredsDir, s3store.CABundleFile), string(certs.CA))
 	// It listens where the endpoint points when that is an IP address
 	// (one pods on the host network reach, in e2e tests), else on loopback.
