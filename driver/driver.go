@@ -74,6 +74,9 @@ type Options struct {
 	KubeletDir string
 	// StateDir holds FUSE mountpoints and per-volume state (node mode).
 	StateDir string
+	// Events, when set, receives the node's Events for pods instead of
+	// the API (KubeClient) or the log.
+	Events EventSink
 	// ReconcileEvery is how often the node checks its mounts; 0 means 5s.
 	ReconcileEvery time.Duration
 	// ProbeTimeout bounds a check of a FUSE mount; 0 means 2s.
@@ -101,7 +104,10 @@ type Driver struct {
 	abnormalMu sync.Mutex
 	abnormal   map[string]string // volume id → why
 	hangs      map[string]int    // volume id → checks in a row it hung (reconcile loop only)
-	events     EventSink
+	// healthNotes: what the node last told each volume's pods about its
+	// mounter's health (reconcile loop only).
+	healthNotes map[string]healthNote
+	events      EventSink
 }
 
 // New checks opts and returns a driver.
@@ -157,10 +163,14 @@ func New(opts Options) (*Driver, error) {
 			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
 		}
 	}
-	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, hangs: map[string]int{}}
-	d.events = logEvents{d.log}
-	if opts.KubeClient != nil && opts.serves(ModeNode) {
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
+	switch {
+	case opts.Events != nil:
+		d.events = opts.Events
+	case opts.KubeClient != nil && opts.serves(ModeNode):
 		d.events = newKubeEvents(opts.KubeClient, opts.Name, opts.NodeID, opts.KubeletDir, d.log)
+	default:
+		d.events = logEvents{d.log}
 	}
 	return d, nil
 }

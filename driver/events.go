@@ -15,20 +15,21 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// EventSink tells users about what the node did to their volumes.
+// EventSink tells users about their volumes on the node.
 type EventSink interface {
-	// VolumeRepaired reports a mount rebuilt under the pods using targets.
-	VolumeRepaired(ctx context.Context, volumeID string, targets []string)
+	// Tell records an Event (type corev1.EventTypeNormal or Warning) on
+	// the pods whose volume is mounted at targets.
+	Tell(ctx context.Context, targets []string, eventType, reason, message string)
 }
 
 type logEvents struct{ log *slog.Logger }
 
-func (l logEvents) VolumeRepaired(_ context.Context, volumeID string, targets []string) {
-	l.log.Info("event: volume repaired", "volume", volumeID, "targets", targets)
+func (l logEvents) Tell(_ context.Context, targets []string, eventType, reason, message string) {
+	l.log.Info("event", "type", eventType, "reason", reason, "message", message, "targets", targets)
 }
 
-// kubeEvents records Events on the pods whose volume was repaired, where
-// `kubectl describe pod` shows them.
+// kubeEvents records Events on pods, where `kubectl describe pod` shows
+// them.
 type kubeEvents struct {
 	client     kubernetes.Interface
 	recorder   record.EventRecorder
@@ -49,9 +50,15 @@ func newKubeEvents(client kubernetes.Interface, driver, node, kubeletDir string,
 	}
 }
 
-const reasonRepaired = "ObjfuseMountRepaired"
+// Reasons of the node's Events.
+const (
+	reasonRepaired     = "ObjfuseMountRepaired"
+	reasonS3Problem    = "ObjfuseS3Problem"
+	reasonS3Recovered  = "ObjfuseS3Recovered"
+	reasonUploadFailed = "ObjfuseUploadFailed"
+)
 
-func (k *kubeEvents) VolumeRepaired(ctx context.Context, volumeID string, targets []string) {
+func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) {
 	uids := map[string]bool{}
 	for _, t := range targets {
 		if uid := podUIDOf(k.kubeletDir, t); uid != "" {
@@ -69,8 +76,7 @@ func (k *kubeEvents) VolumeRepaired(ctx context.Context, volumeID string, target
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if uids[string(p.UID)] {
-			k.recorder.Eventf(p, corev1.EventTypeWarning, reasonRepaired,
-				"The objfuse mounter of volume %s restarted and the node plugin re-mounted the volume. Containers with mountPropagation HostToContainer see it again; other containers of this pod must be restarted to use it.", volumeID)
+			k.recorder.Event(p, eventType, reason, message)
 		}
 	}
 }

@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 			Namespace: "objfuse", Name: "mount_repairs_total", Help: "FUSE mounts rebuilt after their mounter restarted.",
 		}),
 		abnormal: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "objfuse", Name: "abnormal_volumes", Help: "Staged volumes whose mount does not answer.",
+			Namespace: "objfuse", Name: "abnormal_volumes", Help: "Staged volumes whose mount does not answer, or whose S3 requests fail for a reason a person must fix (refused credentials, a deleted bucket, an endpoint gone).",
 		}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "objfuse", Name: "orphaned_mounters_deleted_total", Help: "Mounter pods deleted for want of a VolumeAttachment.",

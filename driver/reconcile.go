@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
@@ -29,8 +31,20 @@ func (d *Driver) reconcileLoop(ctx context.Context) {
 }
 
 func (d *Driver) reconcile(ctx context.Context) {
+	staged := map[string]bool{}
 	for _, st := range d.stagedVolumes() {
+		staged[st.VolumeID] = true
 		d.reconcileVolume(ctx, st.VolumeID)
+	}
+	for id := range d.healthNotes {
+		if !staged[id] {
+			delete(d.healthNotes, id)
+		}
+	}
+	for id := range d.hangs {
+		if !staged[id] {
+			delete(d.hangs, id)
+		}
 	}
 }
 
@@ -67,19 +81,28 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	if err != nil {
 		return // unstaged meanwhile
 	}
-	perr := d.checkMounts(st)
-	if perr == nil {
-		d.hangs[volumeID] = 0
-		if d.abnormalReason(volumeID) != "" {
-			d.setAbnormal(volumeID, "")
-		}
-		return
-	}
 	socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
 	status := func() (handoff.Reply, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
+	}
+	perr := d.checkMounts(st)
+	if perr == nil {
+		d.hangs[volumeID] = 0
+		rep, err := status()
+		if err != nil {
+			// The mount answers; a mounter slow on its socket says
+			// nothing new about S3.
+			d.setAbnormal(volumeID, d.healthNotes[volumeID].why)
+			return
+		}
+		var h handoff.Health
+		if rep.Health != nil {
+			h = *rep.Health
+		}
+		d.setAbnormal(volumeID, d.noteHealth(ctx, st, h))
+		return
 	}
 	if errors.Is(perr, errHung) {
 		// A busy mounter (throttled, collecting garbage) is slow, not
@@ -126,11 +149,8 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	d.setAbnormal(volumeID, "")
 	d.metrics.repairs.Inc()
 	d.log.Info("repaired mount", "volume", volumeID, "targets", len(st.Targets), "took", time.Since(start))
-	targets := make([]string, 0, len(st.Targets))
-	for t := range st.Targets {
-		targets = append(targets, t)
-	}
-	d.events.VolumeRepaired(ctx, volumeID, targets)
+	d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonRepaired, fmt.Sprintf(
+		"The objfuse mounter of volume %s restarted and the node plugin re-mounted the volume. Containers with mountPropagation HostToContainer see it again; other containers of this pod must be restarted to use it.", volumeID))
 }
 
 // findReplacedMounter looks for a mounter pod that replaced st's (the

@@ -172,9 +172,15 @@ func TestHungMountIsAbortedAndRepaired(t *testing.T) {
 // (read-only where the map says), as Kubernetes would.
 func publishedVolume(t *testing.T, env *csitest.Env, name, staging string, targets map[string]bool) (id string, vctx map[string]string) {
 	t.Helper()
+	return publishedVolumeWith(t, env, name, nil, staging, targets)
+}
+
+// publishedVolumeWith is publishedVolume of a StorageClass with params.
+func publishedVolumeWith(t *testing.T, env *csitest.Env, name string, params map[string]string, staging string, targets map[string]bool) (id string, vctx map[string]string) {
+	t.Helper()
 	ctx := context.Background()
 	capRW := mountCap()[0]
-	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: mountCap(), Secrets: env.Secrets})
+	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeCapabilities: mountCap(), Secrets: env.Secrets})
 	if err != nil {
 		t.Fatal(err)
 	}

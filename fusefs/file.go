@@ -366,7 +366,7 @@ func (n *fileNode) release(writable bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		if n.syncLocked(ctx) != 0 && n.fsys.opts.AsyncClose {
 			n.asyncErr = n.uploadErr
-			n.fsys.stats.AsyncUploadErrors.Add(1)
+			n.fsys.noteLostUpload(n.key(), n.uploadErr)
 		}
 		cancel()
 	}

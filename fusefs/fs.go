@@ -53,6 +53,9 @@ type FS struct {
 	reorderWait time.Duration
 
 	stats Stats
+	// lostUpload describes the latest upload after an asynchronous close
+	// that failed (Health).
+	lostUpload atomic.Pointer[string]
 }
 
 // Stats are the filesystem's counters, exported as metrics.

@@ -96,3 +96,19 @@ func (e Entry) Name() string {
 	}
 	return e.Key
 }
+
+// Health is a store's account of why its requests fail now, when the
+// reason is one a person must fix rather than the caller.
+type Health struct {
+	// Problem wraps ErrAccess (credentials or policy refused), ErrNoBucket
+	// or ErrUnavailable (the endpoint does not answer) with an
+	// explanation; nil while requests work.
+	Problem error
+	// Since is when the requests began to fail so.
+	Since time.Time
+}
+
+// HealthReporter is a Store that keeps its Health.
+type HealthReporter interface {
+	Health() Health
+}

@@ -52,7 +52,30 @@ type Reply struct {
 	// plugin can tell a mounter for another volume from the right one.
 	Source string `json:"source,omitempty"`
 	PID    int    `json:"pid,omitempty"`
+	// Health, in answer to OpStatus, is what the mount's users must be
+	// told (fusefs.Health); nil when all is well.
+	Health *Health `json:"health,omitempty"`
 }
+
+// Health is fusefs.Health on the wire.
+type Health struct {
+	// Problem says why S3 refuses the mount's requests now; ProblemKind
+	// is one of the Problem* values, for the node plugin's advice.
+	Problem      string    `json:"problem,omitempty"`
+	ProblemKind  string    `json:"problemKind,omitempty"`
+	ProblemSince time.Time `json:"problemSince,omitzero"`
+	// LostUploads counts files closed asynchronously that never reached
+	// S3; LastLostUpload names the latest and why.
+	LostUploads    int64  `json:"lostUploads,omitempty"`
+	LastLostUpload string `json:"lastLostUpload,omitempty"`
+}
+
+// Kinds of Health.Problem.
+const (
+	ProblemAccess      = "access"      // credentials or policy refused
+	ProblemBucket      = "bucket"      // the bucket does not exist
+	ProblemUnavailable = "unavailable" // the endpoint does not answer
+)
 
 // Call sends req (with fd attached when fd >= 0) to the mounter listening
 // at socket and returns its reply.

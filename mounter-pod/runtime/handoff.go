@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
@@ -151,7 +153,7 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		if fd >= 0 {
 			syscall.Close(fd)
 		}
-		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src}
+		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src, Health: wireHealth(m.current().Health())}
 	case handoff.OpExit:
 		if fd >= 0 {
 			syscall.Close(fd)
@@ -217,4 +219,24 @@ func writeTerminationLog(err error) {
 func Probe(ctx context.Context, socket string) error {
 	_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
 	return err
+}
+
+// wireHealth is h for a status answer; nil when nothing is wrong.
+func wireHealth(h fusefs.Health) *handoff.Health {
+	if h.Problem == nil && h.LostUploads == 0 {
+		return nil
+	}
+	w := &handoff.Health{LostUploads: h.LostUploads, LastLostUpload: h.LastLostUpload}
+	if h.Problem != nil {
+		w.Problem, w.ProblemSince = h.Problem.Error(), h.ProblemSince
+		switch {
+		case errors.Is(h.Problem, store.ErrAccess):
+			w.ProblemKind = handoff.ProblemAccess
+		case errors.Is(h.Problem, store.ErrNoBucket):
+			w.ProblemKind = handoff.ProblemBucket
+		default:
+			w.ProblemKind = handoff.ProblemUnavailable
+		}
+	}
+	return w
 }

@@ -42,6 +42,8 @@ type Options struct {
 	// MinIORegion puts MinIO's buckets in a region other than us-east-1;
 	// the driver's default region stays unset.
 	MinIORegion string
+	// Events receives the node's Events for pods (default: the log).
+	Events driver.EventSink
 }
 
 // Env is a running driver.
@@ -146,6 +148,7 @@ func Start(t testing.TB, o Options) *Env {
 		KubeletDir:            filepath.Join(dir, "kubelet"),
 		StateDir:              filepath.Join(dir, "node"),
 		ReconcileEvery:        o.ReconcileEvery,
+		Events:                o.Events,
 		MounterWait:           20 * time.Second,
 		Logger:                log,
 	})

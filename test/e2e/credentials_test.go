@@ -51,6 +51,8 @@ func TestRotatedCredentialsReachRunningMounts(t *testing.T) {
 	if err := write("stale"); err == nil {
 		t.Fatal("a write with the old keys worked after the server's rotation")
 	}
+	// The pod's owner is told why, and where the keys go.
+	s.eventFor(s.ns, "Pod", "app", "controller-publish-secret-name", time.Minute)
 	secret, err := s.kc.CoreV1().Secrets(driverNS).Get(s.ctx(), secretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +69,7 @@ func TestRotatedCredentialsReachRunningMounts(t *testing.T) {
 		return err == nil, err
 	})
 	t.Logf("writes work again %v after the Secret's update", time.Since(start).Round(time.Second))
+	s.eventFor(s.ns, "Pod", "app", "S3 serves volume", time.Minute)
 	key := fmt.Sprintf("%safter-%d", prefix, n)
 	if _, err := srv.Client().StatObject(s.ctx(), bucket, key, minio.StatObjectOptions{}); err != nil {
 		t.Fatalf("%s not in S3: %v", key, err)

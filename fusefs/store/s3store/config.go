@@ -46,13 +46,14 @@ type Config struct {
 
 // NewClient builds a minio-go client for cfg.
 func NewClient(cfg Config) (*minio.Client, error) {
-	c, _, err := newClient(cfg)
+	c, _, err := newClient(cfg, nil)
 	return c, err
 }
 
 // newClient also returns the transport of the client's ranged GETs when
 // their bodies can splice (a plain-HTTP endpoint reached without a proxy).
-func newClient(cfg Config) (*minio.Client, *rawGetTransport, error) {
+// Responses that worked clear h's problem (h may be nil).
+func newClient(cfg Config, h *health) (*minio.Client, *rawGetTransport, error) {
 	host, secure, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
 		return nil, nil, err
@@ -71,8 +72,8 @@ func newClient(cfg Config) (*minio.Client, *rawGetTransport, error) {
 		raw = newRawGetTransport(tr)
 		rt = raw
 	}
-	if cfg.Observe != nil {
-		rt = observed{inner: rt, observe: cfg.Observe}
+	if cfg.Observe != nil || h != nil {
+		rt = observed{inner: rt, observe: cfg.Observe, health: h}
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {

@@ -17,10 +17,12 @@ import (
 // requests of their own.
 type RequestObserver func(op, status string, took time.Duration)
 
-// observed times each request of inner for a RequestObserver.
+// observed times each request of inner for a RequestObserver (when
+// set), and tells health (when set) of each one that worked.
 type observed struct {
 	inner   http.RoundTripper
 	observe RequestObserver
+	health  *health
 }
 
 func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -38,7 +40,12 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	default:
 		status = "failed"
 	}
-	o.observe(Operation(req), status, time.Since(start))
+	if o.health != nil && err == nil && resp.StatusCode/100 == 2 {
+		o.health.worked()
+	}
+	if o.observe != nil {
+		o.observe(Operation(req), status, time.Since(start))
+	}
 	return resp, err
 }
 

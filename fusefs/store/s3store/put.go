@@ -68,7 +68,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, me
 	opts.UserMetadata[checksumHeader] = crc32cBase64(sum)
 	info, err := s.core.PutObject(ctx, s.bucket, key, body, size, "", "", opts)
 	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
+		return store.Object{}, fmt.Errorf("put %q: %w", key, s.fail(err))
 	}
 	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
 }

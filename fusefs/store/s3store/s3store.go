@@ -30,29 +30,37 @@ type Store struct {
 	raw *rawGetTransport
 	// maxParts is S3's limit on parts; tests lower it.
 	maxParts int
+	health   *health
 }
 
 // New returns a Store for bucket. It makes no request; call Check to
 // verify that the endpoint, credentials and bucket are usable.
 func New(cfg Config, bucket string) (*Store, error) {
-	c, raw, err := newClient(cfg)
+	h := &health{}
+	c, raw, err := newClient(cfg, h)
 	if err != nil {
 		return nil, err
 	}
-	s := NewWithClient(c, bucket, cfg)
-	s.raw = raw
-	return s, nil
-}
-
-// NewWithClient wraps an existing client.
-func NewWithClient(c *minio.Client, bucket string, cfg Config) *Store {
 	if cfg.PartSize == 0 {
 		cfg.PartSize = 16 << 20
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 4
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg, maxParts: store.MaxParts}
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg, raw: raw, maxParts: store.MaxParts, health: h}, nil
+}
+
+// Health is the latest failure of the store's requests that a person must
+// fix, until a request works again (store.HealthReporter).
+func (s *Store) Health() store.Health { return s.health.get() }
+
+// fail maps err for the caller and keeps its explanation for Health.
+func (s *Store) fail(err error) error {
+	mapped := mapErr(err)
+	if reportable(mapped) {
+		s.health.failed(s.explain(err))
+	}
+	return mapped
 }
 
 // Splices reports whether Get bodies can splice into a pipe
@@ -164,7 +172,7 @@ func mapErr(err error) error {
 func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("head %q: %w", key, mapErr(err))
+		return store.Object{}, fmt.Errorf("head %q: %w", key, s.fail(err))
 	}
 	return object(info, info.UserMetadata), nil
 }
@@ -185,7 +193,7 @@ func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.Read
 	}
 	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
-		return nil, fmt.Errorf("get %q: %w", key, mapErr(err))
+		return nil, fmt.Errorf("get %q: %w", key, s.fail(err))
 	}
 	return body, nil
 }
@@ -195,7 +203,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		if errors.Is(mapErr(err), store.ErrNotExist) {
 			return nil
 		}
-		return fmt.Errorf("delete %q: %w", key, mapErr(err))
+		return fmt.Errorf("delete %q: %w", key, s.fail(err))
 	}
 	return nil
 }
@@ -221,7 +229,7 @@ func (s *Store) Copy(ctx context.Context, src, dst string, meta map[string]strin
 		info, err = s.client.ComposeObject(ctx, dstOpts, srcOpts)
 	}
 	if err != nil {
-		return store.Object{}, fmt.Errorf("copy %q to %q: %w", src, dst, mapErr(err))
+		return store.Object{}, fmt.Errorf("copy %q to %q: %w", src, dst, s.fail(err))
 	}
 	return store.Object{Key: dst, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
 }
@@ -258,7 +266,7 @@ func (s *Store) list(ctx context.Context, prefix, startAfter string, recursive b
 		}()
 		for info := range ch {
 			if info.Err != nil {
-				yield(store.Entry{}, fmt.Errorf("list %q: %w", prefix, mapErr(info.Err)))
+				yield(store.Entry{}, fmt.Errorf("list %q: %w", prefix, s.fail(info.Err)))
 				return
 			}
 			var e store.Entry

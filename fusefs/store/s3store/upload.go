@@ -31,7 +31,7 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 	opts.UserMetadata[checksumAlgorithmHeader] = "CRC32C"
 	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
 	if err != nil {
-		return nil, fmt.Errorf("start upload of %q: %w", key, mapErr(err))
+		return nil, fmt.Errorf("start upload of %q: %w", key, s.fail(err))
 	}
 	return &upload{s: s, key: key, id: id, meta: meta}, nil
 }
@@ -54,7 +54,7 @@ func (u *upload) putPart(ctx context.Context, number int, body io.ReadSeeker, si
 	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
 		body, size, minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})
 	if err != nil {
-		return fmt.Errorf("upload part %d of %q: %w", number, u.key, mapErr(err))
+		return fmt.Errorf("upload part %d of %q: %w", number, u.key, u.s.fail(err))
 	}
 	u.mu.Lock()
 	u.parts = append(u.parts, minio.CompletePart{PartNumber: number, ETag: p.ETag, ChecksumCRC32C: crc})
@@ -69,14 +69,14 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	slices.SortFunc(parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
 	info, err := u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("complete upload of %q: %w", u.key, mapErr(err))
+		return store.Object{}, fmt.Errorf("complete upload of %q: %w", u.key, u.s.fail(err))
 	}
 	return store.Object{Key: u.key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(u.meta)}, nil
 }
 
 func (u *upload) Abort(ctx context.Context) error {
 	if err := u.s.core.AbortMultipartUpload(ctx, u.s.bucket, u.key, u.id); err != nil {
-		return fmt.Errorf("abort upload of %q: %w", u.key, mapErr(err))
+		return fmt.Errorf("abort upload of %q: %w", u.key, u.s.fail(err))
 	}
 	return nil
 }

@@ -1,0 +1,46 @@
+package fusefs
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// Health is what a mount's owner must know and cannot see from one
+// failed system call: why the store refuses requests now, and files that
+// were closed (asynchronously) but never reached the store.
+type Health struct {
+	// Problem is why the store's requests fail now, when a person must
+	// fix it (see store.Health); nil while they work or when the store
+	// does not say.
+	Problem error
+	// ProblemSince is when the store's requests began to fail so.
+	ProblemSince time.Time
+	// LostUploads counts files whose upload after an asynchronous close
+	// failed: their data is not in the store. The next fsync or close of
+	// such a file fails too, but its writer may never open it again.
+	LostUploads int64
+	// LastLostUpload names the latest of them and why it failed.
+	LastLostUpload string
+}
+
+// Health reports the mount's Health.
+func (f *FS) Health() Health {
+	var h Health
+	if r, ok := f.store.(store.HealthReporter); ok {
+		sh := r.Health()
+		h.Problem, h.ProblemSince = sh.Problem, sh.Since
+	}
+	h.LostUploads = f.stats.AsyncUploadErrors.Load()
+	if p := f.lostUpload.Load(); p != nil {
+		h.LastLostUpload = *p
+	}
+	return h
+}
+
+func (f *FS) noteLostUpload(key string, err error) {
+	msg := fmt.Sprintf("%s: %v", key, err)
+	f.lostUpload.Store(&msg)
+	f.stats.AsyncUploadErrors.Add(1)
+}
