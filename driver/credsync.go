@@ -32,30 +32,38 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 		return 0, fmt.Errorf("list persistent volumes: %w", err)
 	}
 	refs := map[string]*corev1.SecretReference{} // volume handle → its publish secret
+	pvsOf := map[string][]*corev1.PersistentVolume{}
 	ambiguous := map[string]bool{}
 	for _, pv := range pvs {
 		c := pv.Spec.CSI
 		if c == nil || c.Driver != d.opts.Name {
 			continue
 		}
+		pvsOf[c.VolumeHandle] = append(pvsOf[c.VolumeHandle], pv)
 		if old, seen := refs[c.VolumeHandle]; seen && !sameRef(old, c.ControllerPublishSecretRef) {
-			// Static PVs of one bucket with different secrets: which
-			// one published the mounter is not known here.
 			ambiguous[c.VolumeHandle] = true
 		}
 		refs[c.VolumeHandle] = c.ControllerPublishSecretRef
 	}
 	for h := range ambiguous {
-		d.log.Warn("credentials sync: PVs of one volume name different secrets; not syncing it", "volume", h)
 		delete(refs, h)
 	}
+	// Why volumes with mounters are not synced, and which are.
+	notSynced, synced := map[string]string{}, map[string]bool{}
 	// Each Secret is read once per pass, however many volumes share it.
 	type result struct {
 		creds map[string][]byte
 		ok    bool
+		why   string // when not ok
 	}
 	read := map[string]result{}
 	current := func(volumeID string) (map[string][]byte, bool) {
+		if ambiguous[volumeID] {
+			// Static PVs of one bucket with different secrets: which
+			// one published the mounter is not known here.
+			notSynced[volumeID] = "its PersistentVolumes name different Secrets (controllerPublishSecretRef), and which one its mounters were given is not known"
+			return nil, false
+		}
 		ref, known := refs[volumeID]
 		if !known {
 			return nil, false // not a PV of ours (yet, or any more)
@@ -64,19 +72,56 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 		if ref != nil {
 			key = ref.Namespace + "/" + ref.Name
 		}
-		if r, done := read[key]; done {
-			return r.creds, r.ok
+		r, done := read[key]
+		if !done {
+			creds, err := d.publishCredentials(ctx, ref)
+			r = result{creds: creds, ok: err == nil}
+			if err != nil {
+				r.why = fmt.Sprintf("its Secret %s (controllerPublishSecretRef) cannot be used: %v", key, err)
+			}
+			read[key] = r
 		}
-		creds, err := d.publishCredentials(ctx, ref)
-		if err != nil {
-			d.log.Warn("credentials sync: cannot read the volume's secret", "volume", volumeID, "secret", key, "err", err)
+		if r.ok {
+			synced[volumeID] = true
+		} else {
+			notSynced[volumeID] = r.why
 		}
-		read[key] = result{creds, err == nil}
-		return creds, err == nil
+		return r.creds, r.ok
 	}
 	n, err := k.RefreshCredentials(ctx, current)
 	d.metrics.credentialUpdates.Add(float64(n))
+	d.tellSyncChanges(pvsOf, notSynced, synced)
 	return n, err
+}
+
+// tellSyncChanges records an Event on the PersistentVolumes of each
+// volume whose credentials stopped (or started again) reaching its
+// mounters, once per change: `kubectl describe pv` is where whoever
+// rotates keys looks when a mount keeps the old ones.
+func (d *Driver) tellSyncChanges(pvsOf map[string][]*corev1.PersistentVolume, notSynced map[string]string, synced map[string]bool) {
+	for vol, why := range notSynced {
+		if d.syncProblems[vol] == why {
+			continue
+		}
+		d.syncProblems[vol] = why
+		d.log.Warn("credentials sync: not syncing a volume", "volume", vol, "why", why)
+		for _, pv := range pvsOf[vol] {
+			d.recorder.Eventf(pv, corev1.EventTypeWarning, reasonCredentialsNotSynced,
+				"Rotated credentials do not reach the running mounts of this volume: %s. They keep the keys they have.", why)
+		}
+	}
+	for vol := range d.syncProblems {
+		if _, still := notSynced[vol]; still {
+			continue
+		}
+		if synced[vol] {
+			for _, pv := range pvsOf[vol] {
+				d.recorder.Event(pv, corev1.EventTypeNormal, reasonCredentialsSynced,
+					"The volume's Secret can be used again; its running mounts get its keys.")
+			}
+		}
+		delete(d.syncProblems, vol) // synced, or no mounter left
+	}
 }
 
 // publishCredentials are the mounter credentials ControllerPublishVolume

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,9 +53,12 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 		pv("pv-missing", "vol-missing", "gone"),
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rotated"}, Data: creds("new")},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unchanged"}, Data: creds("same")},
+		// Static PVs of one bucket naming different Secrets.
+		pv("pv-ambiguous-1", "vol-ambiguous", "rotated"),
+		pv("pv-ambiguous-2", "vol-ambiguous", "unchanged"),
 	}
 	mounters := map[string]string{ // volume → the key its mounter Secret holds now
-		"vol-rotated": "old", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old", "vol-emptied": "old",
+		"vol-rotated": "old", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old", "vol-emptied": "old", "vol-ambiguous": "old",
 	}
 	for vol, ak := range mounters {
 		m := spec.Mounter{VolumeID: vol, NodeID: "node-a"}
@@ -95,7 +99,7 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			t.Fatalf("passes keep updating %d Secrets", n)
 		}
 	}
-	want := map[string]string{"vol-rotated": "new", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old", "vol-emptied": "old"}
+	want := map[string]string{"vol-rotated": "new", "vol-unchanged": "same", "vol-missing": "old", "vol-no-pv": "old", "vol-emptied": "old", "vol-ambiguous": "old"}
 	for vol, ak := range want {
 		m := spec.Mounter{VolumeID: vol, NodeID: "node-a"}
 		s, err := kc.CoreV1().Secrets(ns).Get(ctx, m.SecretName(), metav1.GetOptions{})
@@ -106,6 +110,60 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			t.Errorf("%s's mounter holds key %q, want %q", vol, got, ak)
 		}
 	}
+
+	// Whoever rotates keys is told, on the PVs, which volumes they do
+	// not reach and why; and, once the missing Secret exists, that they
+	// do again.
+	for pv, says := range map[string]string{
+		"pv-missing": `"gone" not found`, "pv-emptied": "is empty",
+		"pv-ambiguous-1": "name different Secrets", "pv-ambiguous-2": "name different Secrets",
+	} {
+		if ev := pvEvent(t, kc, pv, "ObjfuseCredentialsNotSynced"); !strings.Contains(ev.Message, says) || ev.Type != corev1.EventTypeWarning {
+			t.Errorf("%s: Event %q, want one saying %q", pv, ev.Message, says)
+		}
+	}
+	if _, err := kc.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"}, Data: creds("back")}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := driver.SyncCredentials(ctx, d); err != nil || n != 1 {
+		t.Fatalf("pass after the missing Secret came: %d updated, %v; want 1", n, err)
+	}
+	pvEvent(t, kc, "pv-missing", "ObjfuseCredentialsSynced")
+	// Events reach the API in order: every pass that came before told
+	// the problem only once.
+	if ev := pvEvent(t, kc, "pv-missing", "ObjfuseCredentialsNotSynced"); ev.Count > 1 {
+		t.Errorf("the problem was told %d times", ev.Count)
+	}
+	for _, e := range pvEvents(t, kc) {
+		if e.InvolvedObject.Name == "pv-rotated" || e.InvolvedObject.Name == "pv-unchanged" {
+			t.Errorf("Event on a PV whose credentials sync: %s %s", e.Reason, e.Message)
+		}
+	}
+}
+
+func pvEvents(t *testing.T, kc *fake.Clientset) []corev1.Event {
+	t.Helper()
+	evs, err := kc.CoreV1().Events("").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs.Items
+}
+
+// pvEvent waits for the Event of reason on the PV named pv.
+func pvEvent(t *testing.T, kc *fake.Clientset, pv, reason string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	poll(t, 10*time.Second, reason+" Event on "+pv, func() bool {
+		for _, e := range pvEvents(t, kc) {
+			if e.InvolvedObject.Kind == "PersistentVolume" && e.InvolvedObject.Name == pv && e.Reason == reason {
+				found = e
+				return true
+			}
+		}
+		return false
+	})
+	return found
 }
 
 // cachedController is a controller on a fake API, its cluster cache

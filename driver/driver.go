@@ -22,6 +22,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
@@ -99,6 +100,12 @@ type Driver struct {
 	locks   keyLocks
 	// cache feeds the controller's periodic loops (set before they start).
 	cache *clusterCache
+	// recorder records the controller's Events (on PersistentVolumes);
+	// set with KubeClient, which the loops that use it need too.
+	recorder record.EventRecorder
+	// syncProblems: volume → why its credentials are not synced, as last
+	// told (credentials sync loop only).
+	syncProblems map[string]string
 
 	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
 	abnormalMu sync.Mutex
@@ -164,6 +171,10 @@ func New(opts Options) (*Driver, error) {
 		}
 	}
 	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
+	d.syncProblems = map[string]string{}
+	if opts.KubeClient != nil && opts.serves(ModeController) {
+		d.recorder = newRecorder(opts.KubeClient, opts.Name, "")
+	}
 	switch {
 	case opts.Events != nil:
 		d.events = opts.Events

@@ -38,12 +38,17 @@ type kubeEvents struct {
 	log        *slog.Logger
 }
 
-func newKubeEvents(client kubernetes.Interface, driver, node, kubeletDir string, log *slog.Logger) *kubeEvents {
+// newRecorder records Events through the API as component (on host).
+func newRecorder(client kubernetes.Interface, component, host string) record.EventRecorder {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: host})
+}
+
+func newKubeEvents(client kubernetes.Interface, driver, node, kubeletDir string, log *slog.Logger) *kubeEvents {
 	return &kubeEvents{
 		client:     client,
-		recorder:   b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driver, Host: node}),
+		recorder:   newRecorder(client, driver, node),
 		node:       node,
 		kubeletDir: kubeletDir,
 		log:        log,
@@ -56,6 +61,12 @@ const (
 	reasonS3Problem    = "ObjfuseS3Problem"
 	reasonS3Recovered  = "ObjfuseS3Recovered"
 	reasonUploadFailed = "ObjfuseUploadFailed"
+)
+
+// Reasons of the controller's Events on PersistentVolumes.
+const (
+	reasonCredentialsNotSynced = "ObjfuseCredentialsNotSynced"
+	reasonCredentialsSynced    = "ObjfuseCredentialsSynced"
 )
 
 func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) {

@@ -77,4 +77,16 @@ func TestRotatedCredentialsReachRunningMounts(t *testing.T) {
 	if now := s.mounterPodOf(pv.Spec.CSI.VolumeHandle); now.UID != mounter.UID || now.Status.ContainerStatuses[0].RestartCount != mounter.Status.ContainerStatuses[0].RestartCount {
 		t.Fatalf("the mounter was replaced or restarted (uid %s → %s)", mounter.UID, now.UID)
 	}
+
+	// A Secret that goes away cannot be synced: the PV says so, and says
+	// when it can be again. (Put back, or the PVC's DeleteVolume fails.)
+	if err := s.kc.CoreV1().Secrets(driverNS).Delete(s.ctx(), secretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.eventFor(metav1.NamespaceDefault, "PersistentVolume", pv.Name, secretName+`" not found`, time.Minute)
+	secret.ResourceVersion = ""
+	if _, err := s.kc.CoreV1().Secrets(driverNS).Create(s.ctx(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.eventFor(metav1.NamespaceDefault, "PersistentVolume", pv.Name, "can be used again", time.Minute)
 }
