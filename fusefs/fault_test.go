@@ -81,3 +81,53 @@ func TestMinioStopsMidWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncUploadsOutlastAnOutage: files closed asynchronously while the
+// server is down (a restart, a partition) are uploaded once it is back,
+// not dropped after the client's few seconds of retries: no writer waits
+// on them to hear of a failure. The mount reports the outage meanwhile.
+func TestAsyncUploadsOutlastAnOutage(t *testing.T) {
+	srv := miniotest.Start(t)
+	st, err := s3store.New(srv.Config(), srv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	contents := map[string][]byte{}
+	var open []*os.File
+	for _, name := range []string{"a", "b", "c"} {
+		h, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		contents[name] = randomBytes(4096)
+		if _, err := h.Write(contents[name]); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, h)
+	}
+	srv.Stop()
+	for _, h := range open {
+		if err := h.Close(); err != nil {
+			t.Fatalf("asynchronous close: %v", err)
+		}
+	}
+	eventually(t, 30*time.Second, "the outage reported", func() bool {
+		return errors.Is(f.Health().Problem, store.ErrUnavailable)
+	})
+	srv.Restart()
+	eventually(t, time.Minute, "every file uploaded once the server is back", func() bool {
+		for name := range contents {
+			if _, err := st.Head(context.Background(), name); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for name, want := range contents {
+		sameBytes(t, name, stored(t, st, name), want)
+	}
+	if h := f.Health(); h.LostUploads != 0 || h.Problem != nil {
+		t.Fatalf("health after the outage: %+v", h)
+	}
+}

@@ -281,7 +281,8 @@ func (n *fileNode) sync(ctx context.Context) syscall.Errno {
 // syncLocked makes the object equal the local content. A failure is EIO
 // to the caller and leaves the previous object as it was.
 func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
-	ctx = uninterruptible(ctx)
+	ctx, cancel := uninterruptibleUntilDeadline(ctx)
+	defer cancel()
 	if n.err != nil {
 		return syscall.EIO
 	}
@@ -415,4 +416,16 @@ func objectFor(key string, a attrs) store.Object {
 // own retries and timeouts still bound it.
 func uninterruptible(ctx context.Context) context.Context {
 	return context.WithoutCancel(ctx)
+}
+
+// uninterruptibleUntilDeadline is uninterruptible but keeps ctx's
+// deadline, if any: the upload after an asynchronous close, and a drain,
+// are bounded by one, and retry an endpoint that does not answer until
+// then (a FUSE request's context has none).
+func uninterruptibleUntilDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return uninterruptible(ctx), func() {}
+	}
+	return context.WithDeadline(uninterruptible(ctx), deadline)
 }

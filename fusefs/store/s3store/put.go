@@ -66,9 +66,16 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, me
 	opts := s.putOptions(meta)
 	// minio-go sends x-amz-* user metadata keys as headers of their own.
 	opts.UserMetadata[checksumHeader] = crc32cBase64(sum)
-	info, err := s.core.PutObject(ctx, s.bucket, key, body, size, "", "", opts)
+	var info minio.UploadInfo
+	err = untilDeadline(ctx, func() error {
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("rewind the body: %w", err)
+		}
+		info, err = s.core.PutObject(ctx, s.bucket, key, body, size, "", "", opts)
+		return s.fail(err)
+	})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, s.fail(err))
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
 }

@@ -29,9 +29,13 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 	// ... expected checksum Type: null") unless the upload was started
 	// with the algorithm; Core does not add the header from AutoChecksum.
 	opts.UserMetadata[checksumAlgorithmHeader] = "CRC32C"
-	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
+	var id string
+	err := untilDeadline(ctx, func() (err error) {
+		id, err = s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
+		return s.fail(err)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("start upload of %q: %w", key, s.fail(err))
+		return nil, fmt.Errorf("start upload of %q: %w", key, err)
 	}
 	return &upload{s: s, key: key, id: id, meta: meta}, nil
 }
@@ -51,10 +55,18 @@ func (u *upload) putPart(ctx context.Context, number int, body io.ReadSeeker, si
 	h := http.Header{}
 	h.Set(checksumHeader, crc)
 	h.Set(checksumAlgorithmHeader, "CRC32C")
-	p, err := u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
-		body, size, minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})
+	var p minio.ObjectPart
+	err := untilDeadline(ctx, func() error {
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("rewind the part: %w", err)
+		}
+		var err error
+		p, err = u.s.core.PutObjectPart(ctx, u.s.bucket, u.key, u.id, number,
+			body, size, minio.PutObjectPartOptions{CustomHeader: h, DisableContentSha256: true})
+		return u.s.fail(err)
+	})
 	if err != nil {
-		return fmt.Errorf("upload part %d of %q: %w", number, u.key, u.s.fail(err))
+		return fmt.Errorf("upload part %d of %q: %w", number, u.key, err)
 	}
 	u.mu.Lock()
 	u.parts = append(u.parts, minio.CompletePart{PartNumber: number, ETag: p.ETag, ChecksumCRC32C: crc})
@@ -67,9 +79,13 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	parts := slices.Clone(u.parts)
 	u.mu.Unlock()
 	slices.SortFunc(parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
-	info, err := u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
+	var info minio.UploadInfo
+	err := untilDeadline(ctx, func() (err error) {
+		info, err = u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
+		return u.s.fail(err)
+	})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("complete upload of %q: %w", u.key, u.s.fail(err))
+		return store.Object{}, fmt.Errorf("complete upload of %q: %w", u.key, err)
 	}
 	return store.Object{Key: u.key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(u.meta)}, nil
 }

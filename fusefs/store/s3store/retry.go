@@ -1,0 +1,42 @@
+package s3store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// maxRetryDelay caps the wait between tries of an upload.
+const maxRetryDelay = 15 * time.Second
+
+// untilDeadline tries an upload request again, waiting longer each time,
+// while it fails because the endpoint does not answer (a restart, a
+// network partition, 503 SlowDown) and ctx's deadline leaves room. The
+// caller chooses by giving a deadline: the upload after an asynchronous
+// close, which no writer waits for and which would otherwise be lost
+// after minio-go's own retries (seconds), and the drain before a mounter
+// lets its mount go. A close(2) that waits for its upload has none: its
+// writer gets EIO and may try again.
+func untilDeadline(ctx context.Context, try func() error) error {
+	delay := time.Second
+	for {
+		err := try()
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		deadline, ok := ctx.Deadline()
+		if !ok || time.Until(deadline) < delay {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
+}
