@@ -228,15 +228,22 @@ func wireHealth(h fusefs.Health) *handoff.Health {
 	}
 	w := &handoff.Health{LostUploads: h.LostUploads, LastLostUpload: h.LastLostUpload}
 	if h.Problem != nil {
-		w.Problem, w.ProblemSince = h.Problem.Error(), h.ProblemSince
-		switch {
-		case errors.Is(h.Problem, store.ErrAccess):
-			w.ProblemKind = handoff.ProblemAccess
-		case errors.Is(h.Problem, store.ErrNoBucket):
-			w.ProblemKind = handoff.ProblemBucket
-		default:
-			w.ProblemKind = handoff.ProblemUnavailable
-		}
+		w.Problem, w.ProblemKind, w.ProblemSince = h.Problem.Error(), problemKind(h.Problem), h.ProblemSince
 	}
 	return w
+}
+
+// problemKind is the handoff.Problem* kind of a fusefs.Health problem,
+// "" for none.
+func problemKind(problem error) string {
+	switch {
+	case problem == nil:
+		return ""
+	case errors.Is(problem, store.ErrAccess):
+		return handoff.ProblemAccess
+	case errors.Is(problem, store.ErrNoBucket):
+		return handoff.ProblemBucket
+	default:
+		return handoff.ProblemUnavailable
+	}
 }

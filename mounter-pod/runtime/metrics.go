@@ -13,6 +13,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/readcache"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
 // s3Requests times the S3 requests of this process's mount. It outlives
@@ -82,6 +83,20 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 		cacheStat("read_cache_evictions_total", "1 MiB blocks dropped from the read cache to stay within --read-cache-mib.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Evictions })
 		cacheStat("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.WriteErrors })
 		cacheStat("read_cache_bytes", "Bytes in the read cache now (bounded by --read-cache-mib).", gauge, func(s *readcache.Stats) *atomic.Int64 { return &s.Bytes })
+	}
+	// One series per kind, 1 while the mount's S3 requests fail for it:
+	// what to alert on, as the node tells only the pods.
+	for _, kind := range []string{handoff.ProblemAccess, handoff.ProblemBucket, handoff.ProblemUnavailable} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "objfuse", Name: "s3_problem",
+			Help:        "1 while the mount's S3 requests fail for a reason a person must fix: access (credentials or policy refused), bucket (it does not exist), unavailable (the endpoint does not answer).",
+			ConstLabels: prometheus.Labels{"source": source, "kind": kind},
+		}, func() float64 {
+			if problemKind(current().Health().Problem) == kind {
+				return 1
+			}
+			return 0
+		}))
 	}
 	prometheus.WrapRegistererWith(labels, reg).MustRegister(s3Requests)
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))

@@ -2,14 +2,17 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 	"github.com/objfuse/objfuse/test/miniotest"
 )
@@ -166,6 +169,45 @@ func TestProfilesOnlyOnLoopback(t *testing.T) {
 			}
 			if text := scrape(t, "127.0.0.1:"+port); !strings.Contains(text, "objfuse_uploads_total") {
 				t.Errorf("no metrics")
+			}
+		})
+	}
+}
+
+// refusingStore is a store whose requests S3 refuses now.
+type refusingStore struct{ *memstore.Store }
+
+func (refusingStore) Health() store.Health {
+	return store.Health{Problem: fmt.Errorf("keys refused: %w", store.ErrAccess), Since: time.Now()}
+}
+
+// The kind of problem a mount's S3 requests have now is one series set
+// to 1, for alerts; a healthy mount's are all 0.
+func TestMetricsShowTheS3Problem(t *testing.T) {
+	tests := []struct {
+		name string
+		st   store.Store
+		want string
+	}{
+		{"healthy", memstore.New(), ""},
+		{"keys refused", refusingStore{memstore.New()}, "access"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := fusefs.New(tc.st, fusefs.Options{StagingDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			text := scrape(t, serveMetricsOf(t, f))
+			for _, kind := range []string{"access", "bucket", "unavailable"} {
+				v := "0"
+				if kind == tc.want {
+					v = "1"
+				}
+				if m := fmt.Sprintf(`objfuse_s3_problem{kind="%s",source="objfuse:b/"} %s`, kind, v); !strings.Contains(text, m) {
+					t.Errorf("no %s in /metrics", m)
+				}
 			}
 		})
 	}
