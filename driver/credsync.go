@@ -2,10 +2,13 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -76,14 +79,21 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 		if !done {
 			creds, err := d.publishCredentials(ctx, ref)
 			r = result{creds: creds, ok: err == nil}
-			if err != nil {
-				r.why = fmt.Sprintf("its Secret %s (controllerPublishSecretRef) cannot be used: %v", key, err)
+			switch {
+			case err == nil:
+			case errors.Is(err, errUnusableSecret) || apierrors.IsNotFound(err):
+				r.why = fmt.Sprintf("its Secret %s (controllerPublishSecretRef): %v", key, err)
+			default:
+				// The API's trouble (a timeout, throttling), not the
+				// Secret's: told to no one, tried again next pass.
+				d.log.Warn("credentials sync: read the volume's secret", "volume", volumeID, "secret", key, "err", err)
 			}
 			read[key] = r
 		}
-		if r.ok {
+		switch {
+		case r.ok:
 			synced[volumeID] = true
-		} else {
+		case r.why != "":
 			notSynced[volumeID] = r.why
 		}
 		return r.creds, r.ok
@@ -93,6 +103,9 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 	d.tellSyncChanges(pvsOf, notSynced, synced)
 	return n, err
 }
+
+// errUnusableSecret marks a publish Secret that exists but cannot be used.
+var errUnusableSecret = errors.New("it cannot be used")
 
 // tellSyncChanges records an Event on the PersistentVolumes of each
 // volume whose credentials stopped (or started again) reaching its
@@ -107,20 +120,22 @@ func (d *Driver) tellSyncChanges(pvsOf map[string][]*corev1.PersistentVolume, no
 		d.log.Warn("credentials sync: not syncing a volume", "volume", vol, "why", why)
 		for _, pv := range pvsOf[vol] {
 			d.recorder.Eventf(pv, corev1.EventTypeWarning, reasonCredentialsNotSynced,
-				"Rotated credentials do not reach the running mounts of this volume: %s. They keep the keys they have.", why)
+				"Changes to this volume's credentials do not reach its running mounts: %s. They keep the keys they have.", why)
 		}
 	}
 	for vol := range d.syncProblems {
-		if _, still := notSynced[vol]; still {
-			continue
-		}
-		if synced[vol] {
+		switch {
+		case synced[vol]:
 			for _, pv := range pvsOf[vol] {
 				d.recorder.Event(pv, corev1.EventTypeNormal, reasonCredentialsSynced,
-					"The volume's Secret can be used again; its running mounts get its keys.")
+					"The volume's credentials Secret can be used again; its running mounts get its keys.")
 			}
+			delete(d.syncProblems, vol)
+		case len(pvsOf[vol]) == 0:
+			delete(d.syncProblems, vol) // its PVs are gone
 		}
-		delete(d.syncProblems, vol) // synced, or no mounter left
+		// Otherwise still a problem, or not looked at in this pass (its
+		// mounters could not be listed): as told.
 	}
 }
 
@@ -135,14 +150,19 @@ func (d *Driver) publishCredentials(ctx context.Context, ref *corev1.SecretRefer
 		}
 		if len(s.Data) == 0 {
 			// credentials() would fall back to the driver's defaults.
-			return nil, fmt.Errorf("secret %s/%s is empty", ref.Namespace, ref.Name)
+			return nil, fmt.Errorf("%w: secret %s/%s is empty", errUnusableSecret, ref.Namespace, ref.Name)
 		}
 		secrets = map[string]string{}
 		for k, v := range s.Data {
 			secrets[k] = string(v)
 		}
 	}
-	return d.credentials(secrets, publishSecret)
+	creds, err := d.credentials(secrets, publishSecret)
+	if err != nil {
+		// A gRPC status, for CSI callers: its message is what counts here.
+		return nil, fmt.Errorf("%w: %s", errUnusableSecret, status.Convert(err).Message())
+	}
+	return creds, nil
 }
 
 func sameRef(a, b *corev1.SecretReference) bool {

@@ -279,7 +279,23 @@ type keyLocks struct {
 }
 
 func (k *keyLocks) lock(key string) func() {
+	l := k.of(key)
+	l.Lock()
+	return l.Unlock
+}
+
+// tryLock is lock when key is free; ok is false when it is held.
+func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
+	l := k.of(key)
+	if !l.TryLock() {
+		return nil, false
+	}
+	return l.Unlock, true
+}
+
+func (k *keyLocks) of(key string) *sync.Mutex {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.m == nil {
 		k.m = map[string]*sync.Mutex{}
 	}
@@ -288,7 +304,5 @@ func (k *keyLocks) lock(key string) func() {
 		l = &sync.Mutex{}
 		k.m[key] = l
 	}
-	k.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	return l
 }

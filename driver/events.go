@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -18,14 +19,16 @@ import (
 // EventSink tells users about their volumes on the node.
 type EventSink interface {
 	// Tell records an Event (type corev1.EventTypeNormal or Warning) on
-	// the pods whose volume is mounted at targets.
-	Tell(ctx context.Context, targets []string, eventType, reason, message string)
+	// the pods whose volume is mounted at targets; an error says the
+	// pods could not be found, and the Event was not recorded.
+	Tell(ctx context.Context, targets []string, eventType, reason, message string) error
 }
 
 type logEvents struct{ log *slog.Logger }
 
-func (l logEvents) Tell(_ context.Context, targets []string, eventType, reason, message string) {
+func (l logEvents) Tell(_ context.Context, targets []string, eventType, reason, message string) error {
 	l.log.Info("event", "type", eventType, "reason", reason, "message", message, "targets", targets)
+	return nil
 }
 
 // kubeEvents records Events on pods, where `kubectl describe pod` shows
@@ -69,7 +72,7 @@ const (
 	reasonCredentialsSynced    = "ObjfuseCredentialsSynced"
 )
 
-func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) {
+func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) error {
 	uids := map[string]bool{}
 	for _, t := range targets {
 		if uid := podUIDOf(k.kubeletDir, t); uid != "" {
@@ -77,12 +80,12 @@ func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reas
 		}
 	}
 	if len(uids) == 0 {
-		return
+		return nil
 	}
 	pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", k.node).String()})
 	if err != nil {
-		k.log.Warn("event: list pods", "err", err)
-		return
+		k.log.Warn("event: list pods", "reason", reason, "err", err)
+		return fmt.Errorf("list the pods of node %s: %w", k.node, err)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -90,6 +93,7 @@ func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reas
 			k.recorder.Event(p, eventType, reason, message)
 		}
 	}
+	return nil
 }
 
 // podUIDOf reads the pod UID out of a kubelet target path,

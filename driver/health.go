@@ -13,11 +13,20 @@ import (
 // healthNote is what the node last told a volume's pods about its
 // mounter's health, so that each change is told once.
 type healthNote struct {
-	problemKind  string
-	problemSince time.Time
-	lostUploads  int64
-	why          string // the abnormal reason it gave
+	// toldKind and toldSince name the problem told ("" for none).
+	toldKind  string
+	toldSince time.Time
+	// clearChecks counts the checks in a row that found no problem after
+	// one was told; recoveredAfterChecks of them tell the recovery.
+	clearChecks int
+	lostUploads int64
+	why         string // the abnormal reason given
 }
+
+// recoveredAfterChecks is how many checks in a row must find S3 serving a
+// volume before its pods are told it recovered: a policy that refuses
+// only some requests clears and comes back, and is one problem.
+const recoveredAfterChecks = 3
 
 // noteHealth tells the pods using st what its mounter says they must know
 // (S3 refusing the mount's requests, files that were closed but never
@@ -25,32 +34,44 @@ type healthNote struct {
 // when it is not. A mount that answers may still fail every request with
 // EACCES or EIO, which no one reading one failed call can tell apart.
 func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) string {
-	was := d.healthNotes[st.VolumeID]
-	now := healthNote{problemKind: h.ProblemKind, problemSince: h.ProblemSince, lostUploads: h.LostUploads}
+	note := d.healthNotes[st.VolumeID]
+	defer func() { d.healthNotes[st.VolumeID] = note }()
 	targets := st.targetPaths()
-	if h.Problem != "" {
-		now.why = describeProblem(st.VolumeID, h)
-		if was.problemKind != now.problemKind || !was.problemSince.Equal(now.problemSince) {
-			d.log.Warn("S3 refuses the volume's requests", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
-			d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonS3Problem, now.why)
+	note.why = ""
+	switch {
+	case h.Problem != "":
+		note.why, note.clearChecks = describeProblem(st.VolumeID, h), 0
+		if note.toldKind != h.ProblemKind || !note.toldSince.Equal(h.ProblemSince) {
+			d.log.Warn("the volume's S3 requests fail", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
+			if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonS3Problem, note.why) == nil {
+				note.toldKind, note.toldSince = h.ProblemKind, h.ProblemSince
+			}
 		}
-	} else if was.problemKind != "" {
+	case note.toldKind != "":
+		if note.clearChecks++; note.clearChecks < recoveredAfterChecks {
+			break
+		}
 		d.log.Info("S3 serves the volume again", "volume", st.VolumeID)
-		d.events.Tell(ctx, targets, corev1.EventTypeNormal, reasonS3Recovered, fmt.Sprintf(
-			"S3 serves volume %s again (its requests failed from %s for %s).", st.VolumeID, stamp(was.problemSince), time.Since(was.problemSince).Round(time.Second)))
+		if d.events.Tell(ctx, targets, corev1.EventTypeNormal, reasonS3Recovered, fmt.Sprintf(
+			"S3 serves volume %s again (its requests failed from %s for about %s).", st.VolumeID, stamp(note.toldSince), time.Since(note.toldSince).Round(time.Second))) == nil {
+			note.toldKind, note.toldSince, note.clearChecks = "", time.Time{}, 0
+		}
 	}
 	// A restarted mounter counts from 0 again.
-	if lost := h.LostUploads - was.lostUploads; lost > 0 || (lost < 0 && h.LostUploads > 0) {
-		if lost < 0 {
-			lost = h.LostUploads
-		}
-		d.log.Error("uploads after an asynchronous close failed", "volume", st.VolumeID, "files", lost, "latest", h.LastLostUpload)
-		d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
-			"%d file(s) of volume %s were closed (asyncClose) but could not be uploaded to S3: their data is not stored. The latest: %s. Their next fsync or close fails with EIO; write them again once S3 accepts the requests.",
-			lost, st.VolumeID, h.LastLostUpload))
+	lost := h.LostUploads - note.lostUploads
+	if lost < 0 {
+		lost = h.LostUploads
 	}
-	d.healthNotes[st.VolumeID] = now
-	return now.why
+	if lost > 0 {
+		d.log.Error("uploads after an asynchronous close failed", "volume", st.VolumeID, "files", lost, "latest", h.LastLostUpload)
+		if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
+			"%d file(s) of volume %s were closed (asyncClose) but could not be uploaded to S3: their data is not stored. The latest: %s. Their next fsync or close fails with EIO; write them again once S3 accepts the requests.",
+			lost, st.VolumeID, h.LastLostUpload)) != nil {
+			return note.why // told on a later check
+		}
+	}
+	note.lostUploads = h.LostUploads
+	return note.why
 }
 
 // describeProblem says what is wrong and what to do, for a pod's Events
@@ -59,11 +80,11 @@ func describeProblem(volumeID string, h handoff.Health) string {
 	since := stamp(h.ProblemSince)
 	switch h.ProblemKind {
 	case handoff.ProblemAccess:
-		return fmt.Sprintf("S3 refuses the requests of volume %s since %s: %s. Reads and writes fail with EACCES until it accepts them: fix the Secret the StorageClass names (csi.storage.k8s.io/controller-publish-secret-name), which reaches running mounts within about 2 minutes, or the bucket's policy.", volumeID, since, h.Problem)
+		return fmt.Sprintf("S3 refuses the requests of volume %s since %s: %s. Reads and writes fail with EACCES until it accepts them: fix the credentials Secret (the one the StorageClass names in csi.storage.k8s.io/controller-publish-secret-name, or a static PV's controllerPublishSecretRef), which reaches running mounts within about 2 minutes, or the bucket's policy.", volumeID, since, h.Problem)
 	case handoff.ProblemBucket:
 		return fmt.Sprintf("The bucket of volume %s is gone since %s: %s. It was deleted outside Kubernetes; reads and writes fail until it exists again.", volumeID, since, h.Problem)
 	default:
-		return fmt.Sprintf("S3 does not answer the requests of volume %s since %s: %s. Reads and writes fail with EIO until it does: check the endpoint and the network from this node.", volumeID, since, h.Problem)
+		return fmt.Sprintf("S3 fails the requests of volume %s since %s: %s. Reads and writes fail with EIO while it does, and uploads no writer waits for are retried for 5 minutes: check the endpoint, and the network from this node.", volumeID, since, h.Problem)
 	}
 }
 

@@ -29,10 +29,11 @@ type podEvent struct {
 	eventType, reason, message string
 }
 
-func (e *podEvents) Tell(_ context.Context, targets []string, eventType, reason, message string) {
+func (e *podEvents) Tell(_ context.Context, targets []string, eventType, reason, message string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.list = append(e.list, podEvent{targets, eventType, reason, message})
+	return nil
 }
 
 // with returns the Events of reason.
@@ -128,10 +129,22 @@ func TestS3ProblemsAreToldToPods(t *testing.T) {
 	poll(t, 20*time.Second, "the recovery told to the pod and the volume normal again", func() bool {
 		return len(events.with("ObjfuseS3Recovered")) > 0 && !condition().GetAbnormal()
 	})
-	for reason, want := range map[string]int{"ObjfuseS3Problem": 1, "ObjfuseUploadFailed": 1, "ObjfuseS3Recovered": 1} {
-		if got := len(events.with(reason)); got != want {
-			t.Errorf("%d %s Events, want %d", got, reason, want)
+	// Told once each. (The store's own probe may catch MinIO restarting
+	// with the right keys: a problem of another kind.)
+	refused := 0
+	for _, ev := range events.with("ObjfuseS3Problem") {
+		if strings.Contains(ev.message, "InvalidAccessKeyId") {
+			refused++
 		}
+	}
+	if refused != 1 {
+		t.Errorf("the refused keys were told %d times", refused)
+	}
+	if n := len(events.with("ObjfuseUploadFailed")); n != 1 {
+		t.Errorf("the lost upload was told %d times", n)
+	}
+	if n := len(events.with("ObjfuseS3Recovered")); n != 1 {
+		t.Errorf("the recovery was told %d times", n)
 	}
 	for name, want := range map[string]string{"before.txt": "stored\n", "after.txt": "stored again\n"} {
 		if got := objectContent(t, env, vctx["bucket"], name); got != want {

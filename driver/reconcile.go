@@ -75,7 +75,13 @@ func (d *Driver) checkMounts(st *stagedVolume) error {
 }
 
 func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
-	unlock := d.locks.lock(volumeID)
+	// A volume being staged or unstaged (which waits for its uploads,
+	// minutes while S3 does not answer) is checked on a later pass;
+	// waiting here would hold up the checks of every other volume.
+	unlock, ok := d.locks.tryLock(volumeID)
+	if !ok {
+		return
+	}
 	defer unlock()
 	st, err := d.loadState(volumeID)
 	if err != nil {
@@ -149,7 +155,7 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	d.setAbnormal(volumeID, "")
 	d.metrics.repairs.Inc()
 	d.log.Info("repaired mount", "volume", volumeID, "targets", len(st.Targets), "took", time.Since(start))
-	d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonRepaired, fmt.Sprintf(
+	_ = d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonRepaired, fmt.Sprintf(
 		"The objfuse mounter of volume %s restarted and the node plugin re-mounted the volume. Containers with mountPropagation HostToContainer see it again; other containers of this pod must be restarted to use it.", volumeID))
 }
 

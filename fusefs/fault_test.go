@@ -95,12 +95,14 @@ func TestAsyncUploadsOutlastAnOutage(t *testing.T) {
 	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
 	contents := map[string][]byte{}
 	var open []*os.File
-	for _, name := range []string{"a", "b", "c"} {
+	// Small files go up in one request at close; the large one has sent
+	// two parts while written, and sends its last and completes at close.
+	for name, size := range map[string]int{"a": 4096, "b": 4096, "c": 4096, "large": 12 << 20} {
 		h, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		contents[name] = randomBytes(4096)
+		contents[name] = randomBytes(size)
 		if _, err := h.Write(contents[name]); err != nil {
 			t.Fatal(err)
 		}

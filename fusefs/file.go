@@ -65,9 +65,15 @@ func (n *fileNode) size() int64 {
 	}
 }
 
-// isLocal reports a file that exists only in this mount so far.
+// isLocal reports a file that exists only in this mount so far. A file
+// whose lock is held is in use here (an upload, a write under way) and
+// counts as local: waiting for it would hold a listing or lookup in its
+// directory for as long as an upload takes, and one retrying an endpoint
+// that does not answer takes minutes.
 func (n *fileNode) isLocal() bool {
-	n.mu.Lock()
+	if !n.mu.TryLock() {
+		return true
+	}
 	defer n.mu.Unlock()
 	return !n.stored && !n.unlinked && (n.local() || n.opens > 0)
 }
@@ -364,10 +370,10 @@ func (n *fileNode) release(writable bool) {
 		// With AsyncClose this is the upload close(2) did not wait for
 		// (the kernel sends RELEASE after close returns); otherwise the
 		// file was written through a handle never flushed (mmap).
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), asyncUploadTimeout)
 		if n.syncLocked(ctx) != 0 && n.fsys.opts.AsyncClose {
 			n.asyncErr = n.uploadErr
-			n.fsys.noteLostUpload(n.key(), n.uploadErr)
+			n.fsys.noteLostUpload(n.uploadErr)
 		}
 		cancel()
 	}
@@ -417,6 +423,11 @@ func objectFor(key string, a attrs) store.Object {
 func uninterruptible(ctx context.Context) context.Context {
 	return context.WithoutCancel(ctx)
 }
+
+// asyncUploadTimeout bounds an upload no writer waits for (after an
+// asynchronous close), retries of an endpoint that does not answer
+// included.
+const asyncUploadTimeout = 5 * time.Minute
 
 // uninterruptibleUntilDeadline is uninterruptible but keeps ctx's
 // deadline, if any: the upload after an asynchronous close, and a drain,

@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -39,8 +38,9 @@ func (f *FS) Health() Health {
 	return h
 }
 
-func (f *FS) noteLostUpload(key string, err error) {
-	msg := fmt.Sprintf("%s: %v", key, err)
+// noteLostUpload counts a lost upload; err names its key.
+func (f *FS) noteLostUpload(err error) {
+	msg := err.Error()
 	f.lostUpload.Store(&msg)
 	f.stats.AsyncUploadErrors.Add(1)
 }

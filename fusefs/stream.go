@@ -252,8 +252,17 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 	s.inflight = append(s.inflight, p)
 	go func() {
 		defer close(p.done)
-		// Parts outlive the FUSE request that filled them.
-		if err := upload.PutPart(context.WithoutCancel(ctx), number, body, size); err != nil {
+		// Parts outlive the FUSE request that filled them, and keep the
+		// deadline of an upload no writer waits for (see syncLocked).
+		// With AsyncClose none does: a part that fails while the file is
+		// written is only heard of after close(2) returned.
+		pctx, cancel := uninterruptibleUntilDeadline(ctx)
+		defer cancel()
+		if _, ok := pctx.Deadline(); !ok && s.fsys.opts.AsyncClose {
+			pctx, cancel = context.WithTimeout(pctx, asyncUploadTimeout)
+			defer cancel()
+		}
+		if err := upload.PutPart(pctx, number, body, size); err != nil {
 			s.mu.Lock()
 			if s.err == nil {
 				s.err = err

@@ -16,24 +16,44 @@ import (
 // to the node plugin, which tells the pods' owners.
 type health struct {
 	problem atomic.Pointer[store.Health]
+	// cleared is the problem the latest success ended, and when. A
+	// failure of its kind soon after continues it, keeping its start: a
+	// policy that refuses only some requests, or an endpoint that answers
+	// only some, is one problem, not one per request.
+	cleared atomic.Pointer[clearedProblem]
+	// lastProbe is when the store last asked S3 whether a problem is over
+	// (UnixNano): an idle mount sends no request that could tell.
+	lastProbe atomic.Int64
 }
+
+type clearedProblem struct {
+	store.Health
+	at time.Time
+}
+
+// sameProblemWithin is how soon after a success a failure of the same
+// kind continues the problem it cleared.
+const sameProblemWithin = time.Minute
+
+// probeEvery is how often a store with a problem asks S3 whether it is
+// over.
+const probeEvery = 10 * time.Second
 
 // worked is called for every response in the 2xx range: the credentials,
 // the bucket and the endpoint all served it.
 func (h *health) worked() {
-	if h.problem.Load() != nil {
-		h.problem.Store(nil)
+	if p := h.problem.Load(); p != nil && h.problem.CompareAndSwap(p, nil) {
+		h.cleared.Store(&clearedProblem{Health: *p, at: time.Now()})
 	}
 }
 
-// failed notes err, already explained, when it is one to report.
+// failed notes err, already explained and reportable.
 func (h *health) failed(err error) {
-	if !reportable(err) {
-		return
-	}
 	since := time.Now()
 	if old := h.problem.Load(); old != nil && sameKind(old.Problem, err) {
 		since = old.Since
+	} else if c := h.cleared.Load(); c != nil && sameKind(c.Problem, err) && time.Since(c.at) < sameProblemWithin {
+		since = c.Since
 	}
 	h.problem.Store(&store.Health{Problem: err, Since: since})
 }
@@ -45,11 +65,17 @@ func (h *health) get() store.Health {
 	return store.Health{}
 }
 
+// dueForProbe says whether a probe should go now, and counts it as gone.
+func (h *health) dueForProbe() bool {
+	last := h.lastProbe.Load()
+	now := time.Now().UnixNano()
+	return time.Duration(now-last) >= probeEvery && h.lastProbe.CompareAndSwap(last, now)
+}
+
 var reportableKinds = []error{store.ErrAccess, store.ErrNoBucket, store.ErrUnavailable}
 
 // reportable: a failure that is not the caller's (a missing key, a
-// refused name, an interrupted call) nor a retry's (minio-go retries a
-// 5xx or a dropped connection before its error gets here).
+// refused name, an interrupted call) nor one minio-go's retries got past.
 func reportable(err error) bool {
 	if errors.Is(err, context.Canceled) {
 		return false

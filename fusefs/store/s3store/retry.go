@@ -3,6 +3,7 @@ package s3store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -21,13 +22,17 @@ const maxRetryDelay = 15 * time.Second
 // writer gets EIO and may try again.
 func untilDeadline(ctx context.Context, try func() error) error {
 	delay := time.Second
-	for {
+	start := time.Now()
+	for tries := 1; ; tries++ {
 		err := try()
 		if err == nil || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}
 		deadline, ok := ctx.Deadline()
 		if !ok || time.Until(deadline) < delay {
+			if tries > 1 {
+				return fmt.Errorf("%d tries over %v: %w", tries, time.Since(start).Round(time.Second), err)
+			}
 			return err
 		}
 		t := time.NewTimer(delay)

@@ -37,6 +37,11 @@ func TestUploadsRetryAnOutageUntilTheirDeadline(t *testing.T) {
 	}
 	t.Logf("without a deadline, the put failed after %v", time.Since(start).Round(time.Millisecond))
 
+	// A store of its own, whose problem only these puts can have set.
+	st, err = s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 2)

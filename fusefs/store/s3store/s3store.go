@@ -51,8 +51,31 @@ func New(cfg Config, bucket string) (*Store, error) {
 }
 
 // Health is the latest failure of the store's requests that a person must
-// fix, until a request works again (store.HealthReporter).
-func (s *Store) Health() store.Health { return s.health.get() }
+// fix, until a request works again (store.HealthReporter). While there is
+// one, it asks S3 every probeEvery, in the background, whether it is
+// over: a mount no one uses sends no request that would clear it.
+func (s *Store) Health() store.Health {
+	h := s.health.get()
+	if h.Problem != nil && s.health.dueForProbe() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), probeEvery)
+			defer cancel()
+			s.probe(ctx)
+		}()
+	}
+	return h
+}
+
+// probe lists one key of the bucket, as Check does when a mount starts:
+// a success clears the problem, a failure keeps it.
+func (s *Store) probe(ctx context.Context) {
+	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
+		if info.Err != nil {
+			s.fail(info.Err)
+		}
+		return
+	}
+}
 
 // fail maps err for the caller and keeps its explanation for Health.
 func (s *Store) fail(err error) error {
