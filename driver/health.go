@@ -13,9 +13,12 @@ import (
 // healthNote is what the node last told a volume's pods about its
 // mounter's health, so that each change is told once.
 type healthNote struct {
-	// toldKind and toldSince name the problem told ("" for none).
-	toldKind  string
-	toldSince time.Time
+	// toldKind and toldSince name the problem told ("" for none), and
+	// toldTargets the targets whose pods were told: a pod that starts
+	// using the volume later is told too.
+	toldKind    string
+	toldSince   time.Time
+	toldTargets map[string]bool
 	// clearChecks counts the checks in a row that found no problem after
 	// one was told; recoveredAfterChecks of them tell the recovery.
 	clearChecks int
@@ -43,8 +46,16 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		note.why, note.clearChecks = describeProblem(st.VolumeID, h), 0
 		if note.toldKind != h.ProblemKind || !note.toldSince.Equal(h.ProblemSince) {
 			d.log.Warn("the volume's S3 requests fail", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
-			if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonS3Problem, note.why) == nil {
-				note.toldKind, note.toldSince = h.ProblemKind, h.ProblemSince
+			note.toldTargets = nil
+		}
+		if untold := untoldOf(targets, note.toldTargets); len(untold) > 0 &&
+			d.events.Tell(ctx, untold, corev1.EventTypeWarning, reasonS3Problem, note.why) == nil {
+			note.toldKind, note.toldSince = h.ProblemKind, h.ProblemSince
+			if note.toldTargets == nil {
+				note.toldTargets = map[string]bool{}
+			}
+			for _, t := range untold {
+				note.toldTargets[t] = true
 			}
 		}
 	case note.toldKind != "":
@@ -54,7 +65,7 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		d.log.Info("S3 serves the volume again", "volume", st.VolumeID)
 		if d.events.Tell(ctx, targets, corev1.EventTypeNormal, reasonS3Recovered, fmt.Sprintf(
 			"S3 serves volume %s again (its requests failed from %s for about %s).", st.VolumeID, stamp(note.toldSince), time.Since(note.toldSince).Round(time.Second))) == nil {
-			note.toldKind, note.toldSince, note.clearChecks = "", time.Time{}, 0
+			note.toldKind, note.toldSince, note.toldTargets, note.clearChecks = "", time.Time{}, nil, 0
 		}
 	}
 	// A restarted mounter counts from 0 again.
@@ -72,6 +83,17 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 	}
 	note.lostUploads = h.LostUploads
 	return note.why
+}
+
+// untoldOf are the targets not in told.
+func untoldOf(targets []string, told map[string]bool) []string {
+	var out []string
+	for _, t := range targets {
+		if !told[t] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // describeProblem says what is wrong and what to do, for a pod's Events

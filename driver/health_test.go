@@ -121,6 +121,21 @@ func TestS3ProblemsAreToldToPods(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(target, "never-listed.txt")); err == nil {
 		t.Fatal("stat worked with refused keys")
 	}
+	// A pod that starts using the volume now is told too, and only it.
+	later := filepath.Join(env.Dir, "pods", "b", "mount")
+	if _, err := env.Node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, TargetPath: later, VolumeCapability: mountCap()[0], VolumeContext: vctx,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 20*time.Second, "the problem told to the pod that came later", func() bool {
+		for _, ev := range events.with("ObjfuseS3Problem") {
+			if len(ev.targets) == 1 && ev.targets[0] == later {
+				return true
+			}
+		}
+		return false
+	})
 
 	env.MinIO.RestartWithCredentials(miniotest.AccessKey, miniotest.SecretKey)
 	if err := fsync("after.txt", "stored again\n"); err != nil {
@@ -131,14 +146,16 @@ func TestS3ProblemsAreToldToPods(t *testing.T) {
 	})
 	// Told once each. (The store's own probe may catch MinIO restarting
 	// with the right keys: a problem of another kind.)
-	refused := 0
+	refused := map[string]int{}
 	for _, ev := range events.with("ObjfuseS3Problem") {
 		if strings.Contains(ev.message, "InvalidAccessKeyId") {
-			refused++
+			for _, tg := range ev.targets {
+				refused[tg]++
+			}
 		}
 	}
-	if refused != 1 {
-		t.Errorf("the refused keys were told %d times", refused)
+	if refused[target] != 1 || refused[later] != 1 || len(refused) != 2 {
+		t.Errorf("the refused keys were told %v times, want once to each pod", refused)
 	}
 	if n := len(events.with("ObjfuseUploadFailed")); n != 1 {
 		t.Errorf("the lost upload was told %d times", n)
