@@ -21,3 +21,8 @@ func SyncCredentials(ctx context.Context, d *Driver) (int, error) {
 func RelaunchMissing(ctx context.Context, d *Driver) (int, error) {
 	return d.relaunchMissing(ctx, d.opts.Launcher.(*launcher.Kube))
 }
+
+// CollectOrphans runs one pass of the controller's orphan collection.
+func CollectOrphans(ctx context.Context, d *Driver) {
+	d.collectOrphans(ctx, d.opts.Launcher.(*launcher.Kube))
+}

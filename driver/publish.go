@@ -8,8 +8,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
@@ -90,30 +93,66 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 const orphanAge = 5 * time.Minute
 
 // collectOrphans deletes mounter pods no VolumeAttachment accounts for;
-// the controller runs it every minute.
+// the controller runs it every minute. It reads the cluster cache, and
+// asks the API only when the cache says a pod is an orphan: a cache a
+// moment behind must not delete the pod of an attachment just made, and
+// a get of every attachment's PV each minute would use up the client's
+// rate limit, which CSI calls share.
 func (d *Driver) collectOrphans(ctx context.Context, k *launcher.Kube) {
-	attached, err := d.attachments(ctx)
+	cachedVAs, err := d.cache.vas.List(labels.Everything())
 	if err != nil {
-		d.log.Warn("orphan collection: list attachments", "err", err)
+		d.log.Warn("orphan collection: list cached attachments", "err", err)
 		return
 	}
-	n, err := k.CollectOrphans(ctx, orphanAge, func(vol, node string) bool { return attached[vol+"\x00"+node] })
+	cached, err := d.attachmentsOf(cachedVAs, d.cache.pvs.Get)
+	if err != nil {
+		d.log.Warn("orphan collection: cached attachments", "err", err)
+		return
+	}
+	var fresh map[string]bool
+	var freshErr error
+	attached := func(vol, node string) bool {
+		key := vol + "\x00" + node
+		if cached[key] {
+			return true
+		}
+		if fresh == nil && freshErr == nil {
+			fresh, freshErr = d.freshAttachments(ctx)
+			if freshErr != nil {
+				d.log.Warn("orphan collection: list attachments", "err", freshErr)
+			}
+		}
+		return freshErr != nil || fresh[key] // can't tell: keep it
+	}
+	n, err := k.CollectOrphans(ctx, orphanAge, attached)
 	if err != nil {
 		d.log.Warn("orphan collection", "err", err)
 	}
 	d.metrics.orphans.Add(float64(n))
 }
 
-// attachments are the (volume handle, node) pairs of this driver's
-// VolumeAttachments: the only reference count of mounter pods.
-func (d *Driver) attachments(ctx context.Context) (map[string]bool, error) {
+// freshAttachments are attachmentsOf what the API holds now.
+func (d *Driver) freshAttachments(ctx context.Context) (map[string]bool, error) {
 	kc := d.opts.KubeClient
-	vas, err := kc.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	list, err := kc.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
+	vas := make([]*storagev1.VolumeAttachment, len(list.Items))
+	for i := range list.Items {
+		vas[i] = &list.Items[i]
+	}
+	return d.attachmentsOf(vas, func(name string) (*corev1.PersistentVolume, error) {
+		return kc.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	})
+}
+
+// attachmentsOf are the (volume handle, node id) pairs of this driver's
+// VolumeAttachments among vas: the only reference count of mounter pods.
+// pvNamed finds a PV by name.
+func (d *Driver) attachmentsOf(vas []*storagev1.VolumeAttachment, pvNamed func(string) (*corev1.PersistentVolume, error)) (map[string]bool, error) {
 	out := map[string]bool{}
-	for _, va := range vas.Items {
+	for _, va := range vas {
 		if va.Spec.Attacher != d.opts.Name {
 			continue
 		}
@@ -121,7 +160,7 @@ func (d *Driver) attachments(ctx context.Context) (map[string]bool, error) {
 		if va.Spec.Source.InlineVolumeSpec != nil && va.Spec.Source.InlineVolumeSpec.CSI != nil {
 			handle = va.Spec.Source.InlineVolumeSpec.CSI.VolumeHandle
 		} else if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
-			pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, *pvName, metav1.GetOptions{})
+			pv, err := pvNamed(*pvName)
 			if apierrors.IsNotFound(err) {
 				continue // its VolumeAttachment is on its way out too
 			}
@@ -133,7 +172,15 @@ func (d *Driver) attachments(ctx context.Context) (map[string]bool, error) {
 				handle = pv.Spec.CSI.VolumeHandle
 			}
 		}
-		out[handle+"\x00"+va.Spec.NodeName] = true
+		out[handle+"\x00"+nodeIDOf(va)] = true
 	}
 	return out, nil
+}
+
+// nodeIDOf is the CSI node id a VolumeAttachment was published to.
+func nodeIDOf(va *storagev1.VolumeAttachment) string {
+	if id := va.Annotations[vaNodeIDAnnotation]; id != "" {
+		return id
+	}
+	return va.Spec.NodeName
 }

@@ -45,10 +45,7 @@ func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, er
 		if va.Spec.Attacher != d.opts.Name || !va.Status.Attached || va.DeletionTimestamp != nil || pvName == nil {
 			continue
 		}
-		nodeID := va.Annotations[vaNodeIDAnnotation]
-		if nodeID == "" {
-			nodeID = va.Spec.NodeName
-		}
+		nodeID := nodeIDOf(va)
 		pv, err := d.cache.pvs.Get(*pvName)
 		if err != nil || pv.Spec.CSI == nil {
 			continue // gone meanwhile, or not ours
