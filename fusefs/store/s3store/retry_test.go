@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +82,42 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s", what, d)
 		}
+	}
+}
+
+// A multipart upload whose completion reached S3 but whose reply was
+// lost is retried, finds the upload gone (NoSuchUpload), and recognises
+// the object as its own: it is stored, and reporting it lost would be a
+// false alarm.
+func TestCompletionWhoseReplyWasLost(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	var completions atomic.Int32
+	cfg, lost := srv.ReplyLosingFront(t, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && r.URL.Query().Has("uploadId") && completions.Add(1) == 1
+	})
+	cfg.PartSize = 5 << 20
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("0123456789abcdef"), (11<<20)/16)
+	o, err := st.Put(context.Background(), "large", bytes.NewReader(body), int64(len(body)), nil)
+	if err != nil {
+		t.Fatalf("put whose completion reply was lost: %v", err)
+	}
+	if lost.Load() != 1 || completions.Load() < 2 {
+		t.Fatalf("%d replies lost, %d completions sent: the case was not made", lost.Load(), completions.Load())
+	}
+	if o.Size != int64(len(body)) || o.ETag == "" {
+		t.Fatalf("object %+v", o)
+	}
+	obj, err := srv.Client().GetObject(context.Background(), bucket, "large", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	if got, err := io.ReadAll(obj); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("stored: %d bytes, %v", len(got), err)
 	}
 }

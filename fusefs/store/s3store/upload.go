@@ -2,10 +2,13 @@ package s3store
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/minio/minio-go/v7"
@@ -82,12 +85,39 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	var info minio.UploadInfo
 	err := untilDeadline(ctx, func() (err error) {
 		info, err = u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
+		if minio.ToErrorResponse(err).Code == "NoSuchUpload" {
+			// A retry (minio-go's or ours) after a reply lost on the
+			// way: the upload may be gone because it completed.
+			if done, ok := u.completedAlready(ctx, parts); ok {
+				info, err = done, nil
+			}
+		}
 		return u.s.fail(err)
 	})
 	if err != nil {
 		return store.Object{}, fmt.Errorf("complete upload of %q: %w", u.key, err)
 	}
 	return store.Object{Key: u.key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(u.meta)}, nil
+}
+
+// completedAlready says whether the object at u's key is this upload,
+// completed: its ETag is the one S3 gives a multipart object, the MD5 of
+// its parts' MD5s and their count, and only these parts make it.
+func (u *upload) completedAlready(ctx context.Context, parts []minio.CompletePart) (minio.UploadInfo, bool) {
+	sums := md5.New()
+	for _, p := range parts {
+		b, err := hex.DecodeString(strings.Trim(p.ETag, `"`))
+		if err != nil {
+			return minio.UploadInfo{}, false
+		}
+		sums.Write(b)
+	}
+	want := fmt.Sprintf("%x-%d", sums.Sum(nil), len(parts))
+	o, err := u.s.client.StatObject(ctx, u.s.bucket, u.key, minio.StatObjectOptions{})
+	if err != nil || strings.Trim(o.ETag, `"`) != want {
+		return minio.UploadInfo{}, false
+	}
+	return minio.UploadInfo{Bucket: u.s.bucket, Key: u.key, ETag: o.ETag, Size: o.Size, LastModified: o.LastModified}, true
 }
 
 func (u *upload) Abort(ctx context.Context) error {

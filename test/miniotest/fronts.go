@@ -1,6 +1,7 @@
 package miniotest
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -57,3 +58,32 @@ func (f *flipByte) Read(p []byte) (int, error) {
 }
 
 func (f *flipByte) Close() error { return f.r.Close() }
+
+// ReplyLosingFront starts a proxy in front of s that passes every request
+// on but, for those lose picks, answers 502 Bad Gateway instead of the
+// server's reply, as a connection cut after the request arrived would:
+// the server did the work, the client does not know. It returns a
+// configuration that reaches s through it and the count of replies lost.
+func (s *Server) ReplyLosingFront(t testing.TB, lose func(*http.Request) bool) (s3store.Config, *atomic.Int32) {
+	t.Helper()
+	target, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if lose(r.Request) {
+			lost.Add(1)
+			return errReplyLost
+		}
+		return nil
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	cfg := s.Config()
+	cfg.Endpoint = front.URL
+	return cfg, &lost
+}
+
+var errReplyLost = errors.New("reply lost")
