@@ -37,7 +37,10 @@ const recoveredAfterChecks = 3
 // when it is not. A mount that answers may still fail every request with
 // EACCES or EIO, which no one reading one failed call can tell apart.
 func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) string {
-	note := d.healthNotes[st.VolumeID]
+	note, known := d.healthNotes[st.VolumeID]
+	if !known {
+		note.lostUploads = st.ToldLostUploads
+	}
 	defer func() { d.healthNotes[st.VolumeID] = note }()
 	targets := st.targetPaths()
 	note.why = ""
@@ -82,6 +85,12 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		}
 	}
 	note.lostUploads = h.LostUploads
+	if st.ToldLostUploads != h.LostUploads {
+		st.ToldLostUploads = h.LostUploads
+		if err := d.saveState(st); err != nil {
+			d.log.Error("save state", "volume", st.VolumeID, "err", err)
+		}
+	}
 	return note.why
 }
 

@@ -21,6 +21,10 @@ type stagedVolume struct {
 	MountGroup *uint32         `json:"mountGroup,omitempty"`
 	Staging    string          `json:"staging"`
 	Targets    map[string]bool `json:"targets"` // path → read-only
+	// ToldLostUploads is the count of lost uploads of the mounter that
+	// the pods were told of, so that a restarted node plugin does not
+	// tell them again.
+	ToldLostUploads int64 `json:"toldLostUploads,omitempty"`
 }
 
 func (d *Driver) volumesDir() string { return filepath.Join(d.opts.StateDir, "volumes") }

@@ -1,0 +1,70 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+)
+
+type toldEvents struct {
+	mu       sync.Mutex
+	messages []string
+}
+
+func (e *toldEvents) Tell(_ context.Context, _ []string, _, reason, message string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.messages = append(e.messages, reason+": "+message)
+	return nil
+}
+
+// Lost uploads are told once, across a restart of the node plugin (a new
+// Driver over the same state), and from 0 again for a new mounter.
+func TestLostUploadsAreToldOnceAcrossNodeRestarts(t *testing.T) {
+	dir := t.TempDir()
+	events := &toldEvents{}
+	node := func() *Driver {
+		d, err := New(Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: events})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := node()
+	st := &stagedVolume{VolumeID: "vol", Staging: filepath.Join(dir, "staging"), Targets: map[string]bool{filepath.Join(dir, "pods", "a", "mount"): false}}
+	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.saveState(st); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := func(d *Driver, lost int64, want string) {
+		t.Helper()
+		st, err := d.loadState("vol")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(events.messages)
+		d.noteHealth(ctx, st, handoff.Health{LostUploads: lost, LastLostUpload: "put \"f\": boom"})
+		told := events.messages[before:]
+		switch {
+		case want == "" && len(told) != 0:
+			t.Fatalf("%d lost: told %q, want nothing", lost, told)
+		case want != "" && (len(told) != 1 || !strings.Contains(told[0], want)):
+			t.Fatalf("%d lost: told %q, want one saying %q", lost, told, want)
+		}
+	}
+	check(d, 2, "2 file(s)")
+	check(d, 2, "")
+	d = node() // the node plugin restarted
+	check(d, 2, "")
+	check(d, 3, "1 file(s)")
+	check(d, 1, "1 file(s)") // a new mounter counts from 0
+	check(d, 1, "")
+}
