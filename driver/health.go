@@ -19,6 +19,8 @@ type healthNote struct {
 	toldKind    string
 	toldSince   time.Time
 	toldTargets map[string]bool
+	// loggedSince is the start of the problem last logged.
+	loggedSince time.Time
 	// clearChecks counts the checks in a row that found no problem after
 	// one was told; recoveredAfterChecks of them tell the recovery.
 	clearChecks int
@@ -47,8 +49,11 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 	switch {
 	case h.Problem != "":
 		note.why, note.clearChecks = describeProblem(st.VolumeID, h), 0
-		if note.toldKind != h.ProblemKind || !note.toldSince.Equal(h.ProblemSince) {
+		if !note.loggedSince.Equal(h.ProblemSince) {
 			d.log.Warn("the volume's S3 requests fail", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
+			note.loggedSince = h.ProblemSince
+		}
+		if note.toldKind != h.ProblemKind || !note.toldSince.Equal(h.ProblemSince) {
 			note.toldTargets = nil
 		}
 		if untold := untoldOf(targets, note.toldTargets); len(untold) > 0 &&

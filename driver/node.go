@@ -89,6 +89,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", st.VolumeID, old.Staging)
 		}
 		st.Targets = old.Targets
+		if old.MounterUID == st.MounterUID {
+			st.ToldLostUploads = old.ToldLostUploads
+		}
 		if d.healthy(st.Staging) {
 			if old.MounterUID != st.MounterUID || old.ReadOnly != st.ReadOnly {
 				// A replaced mounter pod: repairs must find the new one.

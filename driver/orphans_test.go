@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -73,5 +74,44 @@ func TestOrphanedMountersAreCollected(t *testing.T) {
 	}
 	if _, err := kc.CoreV1().Pods(ns).Get(ctx, attached.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the attached volume's mounter pod: %v", err)
+	}
+}
+
+// A cache behind the API (an attachment made a moment ago) does not get
+// a mounter pod deleted: the collector confirms an orphan with the API.
+func TestOrphanCheckAsksTheAPIBeforeDeleting(t *testing.T) {
+	const ns = "objfuse-system"
+	tmpl := spec.Template{Image: "objfuse:test"}
+	pod, err := tmpl.Pod(spec.Mounter{VolumeID: "vol-new", NodeID: "node-a"}, ns, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	kc := fake.NewSimpleClientset(pod)
+	d, err := driver.New(driver.Options{Mode: driver.ModeController, KubeClient: kc,
+		Launcher: &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	frozen, freeze := context.WithCancel(ctx)
+	if err := driver.StartCache(frozen, d); err != nil {
+		t.Fatal(err)
+	}
+	freeze() // the cache sees the pod and no attachment, and stays so
+	pvName := "pv-new"
+	if _, err := kc.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver.DefaultName, VolumeHandle: "vol-new"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va-new"},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driver.DefaultName, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	driver.CollectOrphans(ctx, d)
+	if _, err := kc.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the mounter pod of an attachment the cache has not seen: %v", err)
 	}
 }

@@ -94,10 +94,12 @@ const orphanAge = 5 * time.Minute
 
 // collectOrphans deletes mounter pods no VolumeAttachment accounts for;
 // the controller runs it every minute. It reads the cluster cache, and
-// asks the API only when the cache says a pod is an orphan: a cache a
-// moment behind must not delete the pod of an attachment just made, and
-// a get of every attachment's PV each minute would use up the client's
-// rate limit, which CSI calls share.
+// asks the API only when the cache says a pod is an orphan: a get of
+// every attachment's PV each minute would use up the client's rate
+// limit, which CSI calls share. That check and the delete hold the
+// pair's publish lock, so that a ControllerPublishVolume adopting the
+// pod meanwhile (its attachment too new for the cache) is seen, not
+// undone.
 func (d *Driver) collectOrphans(ctx context.Context, k *launcher.Kube) {
 	cachedVAs, err := d.cache.vas.List(labels.Everything())
 	if err != nil {
@@ -109,22 +111,19 @@ func (d *Driver) collectOrphans(ctx context.Context, k *launcher.Kube) {
 		d.log.Warn("orphan collection: cached attachments", "err", err)
 		return
 	}
-	var fresh map[string]bool
-	var freshErr error
-	attached := func(vol, node string) bool {
-		key := vol + "\x00" + node
-		if cached[key] {
+	attached := func(m spec.Mounter) bool {
+		if cached[m.VolumeID+"\x00"+m.NodeID] {
 			return true
 		}
-		if fresh == nil && freshErr == nil {
-			fresh, freshErr = d.freshAttachments(ctx)
-			if freshErr != nil {
-				d.log.Warn("orphan collection: list attachments", "err", freshErr)
-			}
+		fresh, err := d.freshAttachments(ctx)
+		if err != nil {
+			d.log.Warn("orphan collection: list attachments", "err", err)
+			return true // can't tell: keep it
 		}
-		return freshErr != nil || fresh[key] // can't tell: keep it
+		return fresh[m.VolumeID+"\x00"+m.NodeID]
 	}
-	n, err := k.CollectOrphans(ctx, orphanAge, attached)
+	lock := func(m spec.Mounter) func() { return d.locks.lock("publish/" + m.Key()) }
+	n, err := k.CollectOrphans(ctx, orphanAge, attached, lock)
 	if err != nil {
 		d.log.Warn("orphan collection", "err", err)
 	}

@@ -175,7 +175,12 @@ func (d *Driver) findReplacedMounter(ctx context.Context, st *stagedVolume) bool
 		return false
 	}
 	d.log.Info("mounter pod replaced", "volume", st.VolumeID, "old", st.MounterUID, "new", uid)
-	st.MounterUID = uid
+	// A new mounter counts its lost uploads from 0.
+	st.MounterUID, st.ToldLostUploads = uid, 0
+	if note, ok := d.healthNotes[st.VolumeID]; ok {
+		note.lostUploads = 0
+		d.healthNotes[st.VolumeID] = note
+	}
 	if err := d.saveState(st); err != nil {
 		d.log.Error("save state", "volume", st.VolumeID, "err", err)
 	}

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -295,24 +296,50 @@ func (k *Kube) deleteAndWait(ctx context.Context, name string) error {
 // CollectOrphans deletes mounter pods older than minAge whose (volume,
 // node) pair attached() no longer knows: left behind when a
 // ControllerUnpublish never came (a deleted VolumeAttachment, a crash).
-func (k *Kube) CollectOrphans(ctx context.Context, minAge time.Duration, attached func(volumeID, nodeID string) bool) (int, error) {
+// lock, when set, is held from attached() to the delete, so that a
+// publish that adopts the pod meanwhile (under the same lock) is not
+// undone; the delete names the pod's UID, so that a new pod of the same
+// name is not taken for it.
+func (k *Kube) CollectOrphans(ctx context.Context, minAge time.Duration, attached func(m spec.Mounter) bool, lock func(m spec.Mounter) (unlock func())) (int, error) {
 	pods, err := k.mounterPods(ctx)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	var errs []error
 	for _, pod := range pods {
-		vol, node := pod.Annotations[spec.AnnotationVolume], pod.Annotations[spec.AnnotationNode]
-		if vol == "" || pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge || attached(vol, node) {
+		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode]}
+		if m.VolumeID == "" || pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge {
 			continue
 		}
-		k.Logger.Info("deleting orphaned mounter pod", "pod", pod.Name, "volume", vol, "node", node)
-		if err := k.Client.CoreV1().Pods(k.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return n, fmt.Errorf("delete orphaned mounter pod %s: %w", pod.Name, err)
+		deleted, err := k.collectOrphan(ctx, pod, m, attached, lock)
+		if err != nil {
+			errs = append(errs, err)
 		}
-		n++
+		if deleted {
+			n++
+		}
 	}
-	return n, nil
+	return n, errors.Join(errs...)
+}
+
+func (k *Kube) collectOrphan(ctx context.Context, pod *corev1.Pod, m spec.Mounter, attached func(spec.Mounter) bool, lock func(spec.Mounter) func()) (bool, error) {
+	if lock != nil {
+		defer lock(m)()
+	}
+	if attached(m) {
+		return false, nil
+	}
+	k.Logger.Info("deleting orphaned mounter pod", "pod", pod.Name, "volume", m.VolumeID, "node", m.NodeID)
+	uid := pod.UID
+	err := k.Client.CoreV1().Pods(k.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil // gone, or another pod by now
+	case err != nil:
+		return false, fmt.Errorf("delete orphaned mounter pod %s: %w", pod.Name, err)
+	}
+	return true, nil
 }
 
 // nodeGone says whether a node is missing or not Ready.

@@ -210,16 +210,20 @@ func TestKubeStopAndOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Attached: kept.
-	n, err := k.CollectOrphans(context.Background(), 0, func(v, node string) bool { return v == m.VolumeID && node == m.NodeID })
+	n, err := k.CollectOrphans(context.Background(), 0, func(o spec.Mounter) bool { return o.Key() == m.Key() }, nil)
 	if err != nil || n != 0 {
 		t.Fatalf("collected %d (%v) while attached", n, err)
 	}
 	// Not attached, but younger than the grace period: kept.
-	if n, _ := k.CollectOrphans(context.Background(), time.Hour, func(string, string) bool { return false }); n != 0 {
+	detached := func(spec.Mounter) bool { return false }
+	if n, _ := k.CollectOrphans(context.Background(), time.Hour, detached, nil); n != 0 {
 		t.Fatalf("collected a young pod")
 	}
-	if n, _ := k.CollectOrphans(context.Background(), 0, func(string, string) bool { return false }); n != 1 {
-		t.Fatalf("collected %d orphans, want 1", n)
+	// The check and the delete happen under the pair's lock.
+	var locked []spec.Mounter
+	lock := func(o spec.Mounter) func() { locked = append(locked, o); return func() {} }
+	if n, _ := k.CollectOrphans(context.Background(), 0, detached, lock); n != 1 || len(locked) != 1 || locked[0].Key() != m.Key() {
+		t.Fatalf("collected %d orphans under locks %v, want 1 under %v", n, locked, m)
 	}
 	if err := k.Stop(context.Background(), m); err != nil {
 		t.Fatal(err)

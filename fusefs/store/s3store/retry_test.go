@@ -92,8 +92,11 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 func TestCompletionWhoseReplyWasLost(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
-	var completions atomic.Int32
+	var completions, heads atomic.Int32
 	cfg, lost := srv.ReplyLosingFront(t, func(r *http.Request) bool {
+		if r.Method == http.MethodHead {
+			heads.Add(1) // the retry looking for its object
+		}
 		return r.Method == http.MethodPost && r.URL.Query().Has("uploadId") && completions.Add(1) == 1
 	})
 	cfg.PartSize = 5 << 20
@@ -106,8 +109,8 @@ func TestCompletionWhoseReplyWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("put whose completion reply was lost: %v", err)
 	}
-	if lost.Load() != 1 || completions.Load() < 2 {
-		t.Fatalf("%d replies lost, %d completions sent: the case was not made", lost.Load(), completions.Load())
+	if lost.Load() != 1 || completions.Load() < 2 || heads.Load() == 0 {
+		t.Fatalf("%d replies lost, %d completions sent, %d objects looked at: the case was not made", lost.Load(), completions.Load(), heads.Load())
 	}
 	if o.Size != int64(len(body)) || o.ETag == "" {
 		t.Fatalf("object %+v", o)

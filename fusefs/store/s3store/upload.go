@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -88,8 +89,12 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 		if minio.ToErrorResponse(err).Code == "NoSuchUpload" {
 			// A retry (minio-go's or ours) after a reply lost on the
 			// way: the upload may be gone because it completed.
-			if done, ok := u.completedAlready(ctx, parts); ok {
+			done, ok, serr := u.completedAlready(ctx, parts)
+			switch {
+			case ok:
 				info, err = done, nil
+			case serr != nil:
+				return u.s.fail(serr) // try again: it may have been stored
 			}
 		}
 		return u.s.fail(err)
@@ -103,21 +108,29 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 // completedAlready says whether the object at u's key is this upload,
 // completed: its ETag is the one S3 gives a multipart object, the MD5 of
 // its parts' MD5s and their count, and only these parts make it.
-func (u *upload) completedAlready(ctx context.Context, parts []minio.CompletePart) (minio.UploadInfo, bool) {
+// An error says the object could not be looked at (not that it is
+// absent): whether it was stored is not known yet.
+func (u *upload) completedAlready(ctx context.Context, parts []minio.CompletePart) (minio.UploadInfo, bool, error) {
 	sums := md5.New()
 	for _, p := range parts {
 		b, err := hex.DecodeString(strings.Trim(p.ETag, `"`))
 		if err != nil {
-			return minio.UploadInfo{}, false
+			return minio.UploadInfo{}, false, nil // not an MD5: cannot tell
 		}
 		sums.Write(b)
 	}
 	want := fmt.Sprintf("%x-%d", sums.Sum(nil), len(parts))
 	o, err := u.s.client.StatObject(ctx, u.s.bucket, u.key, minio.StatObjectOptions{})
-	if err != nil || strings.Trim(o.ETag, `"`) != want {
-		return minio.UploadInfo{}, false
+	if err != nil {
+		if errors.Is(mapErr(err), store.ErrNotExist) {
+			return minio.UploadInfo{}, false, nil
+		}
+		return minio.UploadInfo{}, false, err
 	}
-	return minio.UploadInfo{Bucket: u.s.bucket, Key: u.key, ETag: o.ETag, Size: o.Size, LastModified: o.LastModified}, true
+	if !strings.EqualFold(strings.Trim(o.ETag, `"`), want) {
+		return minio.UploadInfo{}, false, nil
+	}
+	return minio.UploadInfo{Bucket: u.s.bucket, Key: u.key, ETag: o.ETag, Size: o.Size, LastModified: o.LastModified}, true, nil
 }
 
 func (u *upload) Abort(ctx context.Context) error {
