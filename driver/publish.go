@@ -112,7 +112,7 @@ func (d *Driver) collectOrphans(ctx context.Context, k *launcher.Kube) {
 		return
 	}
 	attached := func(m spec.Mounter) bool {
-		if cached[m.VolumeID+"\x00"+m.NodeID] {
+		if cached[attachmentKey(m.VolumeID, m.NodeID)] {
 			return true
 		}
 		fresh, err := d.freshAttachments(ctx)
@@ -120,7 +120,7 @@ func (d *Driver) collectOrphans(ctx context.Context, k *launcher.Kube) {
 			d.log.Warn("orphan collection: list attachments", "err", err)
 			return true // can't tell: keep it
 		}
-		return fresh[m.VolumeID+"\x00"+m.NodeID]
+		return fresh[attachmentKey(m.VolumeID, m.NodeID)]
 	}
 	lock := func(m spec.Mounter) func() { return d.locks.lock("publish/" + m.Key()) }
 	n, err := k.CollectOrphans(ctx, orphanAge, attached, lock)
@@ -171,10 +171,13 @@ func (d *Driver) attachmentsOf(vas []*storagev1.VolumeAttachment, pvNamed func(s
 				handle = pv.Spec.CSI.VolumeHandle
 			}
 		}
-		out[handle+"\x00"+nodeIDOf(va)] = true
+		out[attachmentKey(handle, nodeIDOf(va))] = true
 	}
 	return out, nil
 }
+
+// attachmentKey names a (volume handle, CSI node id) pair in attachmentsOf.
+func attachmentKey(volumeID, nodeID string) string { return volumeID + "\x00" + nodeID }
 
 // nodeIDOf is the CSI node id a VolumeAttachment was published to.
 func nodeIDOf(va *storagev1.VolumeAttachment) string {

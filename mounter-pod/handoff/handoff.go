@@ -74,8 +74,11 @@ type Health struct {
 const (
 	ProblemAccess      = "access"      // credentials or policy refused
 	ProblemBucket      = "bucket"      // the bucket does not exist
-	ProblemUnavailable = "unavailable" // the endpoint does not answer
+	ProblemUnavailable = "unavailable" // the endpoint does not answer, or fails requests
 )
+
+// ProblemKinds are the kinds of Health.Problem, for a metric's series.
+var ProblemKinds = []string{ProblemAccess, ProblemBucket, ProblemUnavailable}
 
 // Call sends req (with fd attached when fd >= 0) to the mounter listening
 // at socket and returns its reply.

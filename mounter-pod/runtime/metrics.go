@@ -86,7 +86,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	}
 	// One series per kind, 1 while the mount's S3 requests fail for it:
 	// what to alert on, as the node tells only the pods.
-	for _, kind := range []string{handoff.ProblemAccess, handoff.ProblemBucket, handoff.ProblemUnavailable} {
+	for _, kind := range handoff.ProblemKinds {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "objfuse", Name: "s3_problem",
 			Help:        "1 while the mount's S3 requests fail for a reason a person must fix: access (credentials or policy refused), bucket (it does not exist), unavailable (the endpoint does not answer).",
