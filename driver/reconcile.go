@@ -36,14 +36,15 @@ func (d *Driver) reconcile(ctx context.Context) {
 		staged[st.VolumeID] = true
 		d.reconcileVolume(ctx, st.VolumeID)
 	}
-	for id := range d.healthNotes {
+	forgetUnstaged(d.healthNotes, staged)
+	forgetUnstaged(d.hangs, staged)
+}
+
+// forgetUnstaged drops what the loop keeps of volumes no longer staged.
+func forgetUnstaged[V any](byVolume map[string]V, staged map[string]bool) {
+	for id := range byVolume {
 		if !staged[id] {
-			delete(d.healthNotes, id)
-		}
-	}
-	for id := range d.hangs {
-		if !staged[id] {
-			delete(d.hangs, id)
+			delete(byVolume, id)
 		}
 	}
 }

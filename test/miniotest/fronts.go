@@ -20,25 +20,35 @@ import (
 // header the client signed, so only the payload differs.
 func (s *Server) CorruptingFront(t testing.TB) (s3store.Config, *atomic.Int32) {
 	t.Helper()
+	var changed atomic.Int32
+	cfg := s.front(t, func(proxy *httputil.ReverseProxy) {
+		direct := proxy.Director
+		proxy.Director = func(r *http.Request) {
+			direct(r)
+			if r.Method == http.MethodPut && r.ContentLength > 100 {
+				r.Body = &flipByte{r: r.Body, at: 100}
+				changed.Add(1)
+			}
+		}
+	})
+	return cfg, &changed
+}
+
+// front starts a reverse proxy to s, set up by configure, for the test's
+// duration, and returns a configuration that reaches s through it.
+func (s *Server) front(t testing.TB, configure func(*httputil.ReverseProxy)) s3store.Config {
+	t.Helper()
 	target, err := url.Parse(s.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var changed atomic.Int32
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	direct := proxy.Director
-	proxy.Director = func(r *http.Request) {
-		direct(r)
-		if r.Method == http.MethodPut && r.ContentLength > 100 {
-			r.Body = &flipByte{r: r.Body, at: 100}
-			changed.Add(1)
-		}
-	}
+	configure(proxy)
 	front := httptest.NewServer(proxy)
 	t.Cleanup(front.Close)
 	cfg := s.Config()
 	cfg.Endpoint = front.URL
-	return cfg, &changed
+	return cfg
 }
 
 // flipByte inverts the byte at offset at of the body it reads.
@@ -66,23 +76,16 @@ func (f *flipByte) Close() error { return f.r.Close() }
 // configuration that reaches s through it and the count of replies lost.
 func (s *Server) ReplyLosingFront(t testing.TB, lose func(*http.Request) bool) (s3store.Config, *atomic.Int32) {
 	t.Helper()
-	target, err := url.Parse(s.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var lost atomic.Int32
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = func(r *http.Response) error {
-		if lose(r.Request) {
-			lost.Add(1)
-			return errReplyLost
+	cfg := s.front(t, func(proxy *httputil.ReverseProxy) {
+		proxy.ModifyResponse = func(r *http.Response) error {
+			if lose(r.Request) {
+				lost.Add(1)
+				return errReplyLost
+			}
+			return nil
 		}
-		return nil
-	}
-	front := httptest.NewServer(proxy)
-	t.Cleanup(front.Close)
-	cfg := s.Config()
-	cfg.Endpoint = front.URL
+	})
 	return cfg, &lost
 }
 

@@ -69,11 +69,8 @@ func (s *Store) Health() store.Health {
 // probe lists one key of the bucket, as Check does when a mount starts:
 // a success clears the problem, a failure keeps it.
 func (s *Store) probe(ctx context.Context) {
-	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
-		if info.Err != nil {
-			s.fail(info.Err)
-		}
-		return
+	if err := s.listOne(ctx); err != nil {
+		s.fail(err)
 	}
 }
 
@@ -104,18 +101,21 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := s3utils.CheckValidBucketName(s.bucket); err != nil {
 		return fmt.Errorf("bucket name %q is not valid: %v: %w", s.bucket, err, store.ErrInvalid)
 	}
+	return s.explain(s.listOne(ctx))
+}
+
+// listOne asks for one key of the bucket: the cheapest request that needs
+// the endpoint, the credentials and the bucket all to work.
+func (s *Store) listOne(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
 		cancel()
-		if info.Err != nil {
-			return s.explain(info.Err)
-		}
 		// One answer is enough; the next page would only see the cancel.
-		return nil
+		return info.Err
 	}
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
-		return s.explain(err)
+		return err
 	}
 	return nil
 }
