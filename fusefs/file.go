@@ -300,6 +300,13 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	if !n.dirty || n.unlinked {
 		return 0
 	}
+	if _, linked := n.fsys.pathOf(&n.Inode); !linked {
+		// Every way a file loses its name marks it unlinked first; one
+		// that did not must still not be stored under a made-up key.
+		n.fsys.opts.Logger.Error("not uploading a file that has no name", "ino", n.StableAttr().Ino)
+		n.unlinked = true
+		return 0
+	}
 	a := n.attr
 	if !n.mtimeSet {
 		a.mtime = time.Now()

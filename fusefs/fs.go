@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -200,11 +202,25 @@ func walkFiles(in *fs.Inode, fn func(*fileNode)) {
 
 // keyOf is the object key of the node at path p below the root.
 func (f *FS) keyOf(in *fs.Inode) string {
-	p := in.Path(&f.root.Inode)
-	if p == "" {
-		return f.opts.Prefix
-	}
+	p, _ := f.pathOf(in)
 	return f.opts.Prefix + p
+}
+
+// pathOf is in's path below the root, and false for a node no longer
+// linked under it (unlinked, or replaced by a rename): such a node has no
+// key, and go-fuse's Inode.Path would make one up.
+func (f *FS) pathOf(in *fs.Inode) (string, bool) {
+	var names []string
+	for p := in; p != &f.root.Inode; {
+		name, parent := p.Parent()
+		if parent == nil {
+			return "", false
+		}
+		names = append(names, name)
+		p = parent
+	}
+	slices.Reverse(names)
+	return strings.Join(names, "/"), true
 }
 
 // resolved is what a name turned out to be in the store.

@@ -72,6 +72,16 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 				}
 			}
 		}
+		// A file the rename replaces is unlinked like one removed: its
+		// open handles keep its content (read before the copy overwrites
+		// it), and nothing they write is uploaded under any name.
+		if ch := dst.GetChild(newName); ch != nil {
+			if f, ok := ch.Operations().(*fileNode); ok && ch != n.GetChild(name) {
+				if errno := f.unlink(ctx); errno != 0 {
+					return errno
+				}
+			}
+		}
 		o, err := n.fsys.store.Copy(ctx, srcKey, dstKey, nil)
 		if err != nil {
 			return errno(err)

@@ -1,0 +1,593 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// TestRandomOpsMatchALocalFilesystem is a differential exerciser, in the
+// spirit of fsx: seeded random sequences of open, write (at random
+// offsets and continuing at the end, small and across parts), read,
+// fsync, truncate, rename, unlink and close run on a mount and on a local
+// directory at once, and every result must match: the bytes read, the
+// sizes, the errors. Whenever a file has no open handle left (and after
+// an fsync), what S3 holds must be what the local file holds; at the end a
+// fresh mount of the same bucket must show the same tree.
+//
+// OBJFUSE_EXERCISE_SEEDS (e.g. "1-200") and OBJFUSE_EXERCISE_OPS run
+// longer searches; a failure names its seed and the ops that led to it.
+func TestRandomOpsMatchALocalFilesystem(t *testing.T) {
+	seeds, ops := exerciseSettings(t)
+	modes := []struct {
+		name string
+		opts fusefs.Options
+	}{
+		{"durable", fusefs.Options{}},
+		{"async close", fusefs.Options{AsyncClose: true}},
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, m := range modes {
+				t.Run(m.name, func(t *testing.T) {
+					for _, seed := range seeds {
+						t.Run("seed "+strconv.FormatInt(seed, 10), func(t *testing.T) {
+							st := b.fresh(t)
+							newExerciser(t, st, m.opts, seed).run(ops)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+func exerciseSettings(t *testing.T) (seeds []int64, ops int) {
+	seeds, ops = []int64{1, 2, 3}, 150
+	if s := os.Getenv("OBJFUSE_EXERCISE_SEEDS"); s != "" {
+		lo, hi, found := strings.Cut(s, "-")
+		first, err1 := strconv.ParseInt(lo, 10, 64)
+		last, err2 := first, error(nil)
+		if found {
+			last, err2 = strconv.ParseInt(hi, 10, 64)
+		}
+		if err1 != nil || err2 != nil || last < first {
+			t.Fatalf("OBJFUSE_EXERCISE_SEEDS=%q: want N or N-M", s)
+		}
+		seeds = nil
+		for s := first; s <= last; s++ {
+			seeds = append(seeds, s)
+		}
+	}
+	if s := os.Getenv("OBJFUSE_EXERCISE_OPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("OBJFUSE_EXERCISE_OPS=%q: want a positive count", s)
+		}
+		ops = n
+	}
+	return seeds, ops
+}
+
+// exerciseNames are the files the exerciser plays with: few enough that
+// opens, renames and unlinks keep meeting each other.
+var exerciseNames = []string{"a", "b", "d/c", "d/e"}
+
+const (
+	maxOpenHandles = 6
+	smallWrite     = 64 << 10
+	largeWrite     = 6 << 20 // more than the tests' 5 MiB part
+)
+
+// twin is one open file, on both sides.
+type twin struct {
+	ref, fs *os.File
+	name    string // where it is linked now; "" once unlinked or replaced
+	append  bool
+	id      int
+}
+
+type exerciser struct {
+	t         *testing.T
+	st        store.Store
+	opts      fusefs.Options
+	rng       *rand.Rand
+	seed      int64
+	ref, mnt  string
+	handles   []*twin
+	nextID    int
+	trace     []string
+	failed    bool
+	storeWait time.Duration
+}
+
+func newExerciser(t *testing.T, st store.Store, opts fusefs.Options, seed int64) *exerciser {
+	x := &exerciser{t: t, st: st, opts: opts, rng: rand.New(rand.NewSource(seed)), seed: seed,
+		ref: t.TempDir(), mnt: mountFS(t, st, opts)}
+	if opts.AsyncClose {
+		x.storeWait = 20 * time.Second
+	}
+	for _, root := range []string{x.ref, x.mnt} {
+		if err := os.Mkdir(filepath.Join(root, "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Handles must be closed before the mount's cleanup unmounts it.
+	t.Cleanup(func() {
+		for _, h := range x.handles {
+			h.ref.Close()
+			h.fs.Close()
+		}
+	})
+	return x
+}
+
+// fail reports a mismatch with the seed and the latest ops, and stops.
+func (x *exerciser) fail(format string, args ...any) {
+	x.t.Helper()
+	from := max(0, len(x.trace)-400)
+	x.t.Fatalf("seed %d, op %d: %s\nlast ops:\n  %s", x.seed, len(x.trace), fmt.Sprintf(format, args...),
+		strings.Join(x.trace[from:], "\n  "))
+}
+
+func (x *exerciser) note(format string, args ...any) {
+	x.trace = append(x.trace, fmt.Sprintf("%d: ", len(x.trace)+1)+fmt.Sprintf(format, args...))
+}
+
+func (x *exerciser) run(ops int) {
+	type op struct {
+		weight int
+		do     func()
+	}
+	table := []op{
+		{12, x.open}, {30, x.write}, {15, x.read}, {10, x.close}, {5, x.fsync},
+		{5, x.ftruncate}, {4, x.truncate}, {6, x.stat}, {5, x.rename}, {4, x.unlink},
+		{4, x.readWhole},
+	}
+	total := 0
+	for _, o := range table {
+		total += o.weight
+	}
+	for i := 0; i < ops; i++ {
+		n := x.rng.Intn(total)
+		for _, o := range table {
+			if n < o.weight {
+				o.do()
+				break
+			}
+			n -= o.weight
+		}
+	}
+	for len(x.handles) > 0 {
+		x.closeHandle(0)
+	}
+	x.compareTree(x.mnt, "the mount")
+	// A fresh filesystem over the same bucket: what was stored, not what
+	// the first mount remembers.
+	x.compareTree(mountFS(x.t, x.st, x.opts), "a fresh mount")
+}
+
+// sameErr: both sides failed the same way, or neither did.
+func sameErr(a, b error) bool {
+	return errKind(a) == errKind(b)
+}
+
+func errKind(err error) string {
+	var errno syscall.Errno
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, io.EOF):
+		return "EOF"
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	return err.Error()
+}
+
+func (x *exerciser) pickName() string { return exerciseNames[x.rng.Intn(len(exerciseNames))] }
+
+func (x *exerciser) pickHandle() (int, *twin) {
+	if len(x.handles) == 0 {
+		return -1, nil
+	}
+	i := x.rng.Intn(len(x.handles))
+	return i, x.handles[i]
+}
+
+func (x *exerciser) open() {
+	if len(x.handles) >= maxOpenHandles {
+		x.close()
+		return
+	}
+	flagSets := []struct {
+		what  string
+		flags int
+	}{
+		{"O_RDWR", os.O_RDWR},
+		{"O_RDWR|O_CREAT", os.O_RDWR | os.O_CREATE},
+		{"O_WRONLY|O_CREAT|O_TRUNC", os.O_WRONLY | os.O_CREATE | os.O_TRUNC},
+		{"O_RDWR|O_CREAT|O_TRUNC", os.O_RDWR | os.O_CREATE | os.O_TRUNC},
+		{"O_WRONLY|O_CREAT|O_APPEND", os.O_WRONLY | os.O_CREATE | os.O_APPEND},
+		{"O_RDONLY", os.O_RDONLY},
+	}
+	f := flagSets[x.rng.Intn(len(flagSets))]
+	name := x.pickName()
+	x.note("open %s %s", name, f.what)
+	ref, errRef := os.OpenFile(filepath.Join(x.ref, name), f.flags, 0o644)
+	fsf, errFS := os.OpenFile(filepath.Join(x.mnt, name), f.flags, 0o644)
+	if !sameErr(errRef, errFS) {
+		x.fail("open %s %s: local %v, mount %v", name, f.what, errRef, errFS)
+	}
+	if errRef != nil {
+		return
+	}
+	x.nextID++
+	x.handles = append(x.handles, &twin{ref: ref, fs: fsf, name: name, append: f.flags&os.O_APPEND != 0, id: x.nextID})
+	x.note("  = handle %d", x.nextID)
+}
+
+// size is the local file's size through the handle.
+func (x *exerciser) size(h *twin) int64 {
+	fi, err := h.ref.Stat()
+	if err != nil {
+		x.fail("fstat local handle %d: %v", h.id, err)
+	}
+	return fi.Size()
+}
+
+func (x *exerciser) write() {
+	_, h := x.pickHandle()
+	if h == nil {
+		x.open()
+		return
+	}
+	size := x.size(h)
+	n := 1 + x.rng.Intn(smallWrite)
+	if x.rng.Intn(12) == 0 {
+		n = 1 + x.rng.Intn(largeWrite)
+	}
+	off := size // most writes continue the file, as most programs write
+	switch x.rng.Intn(4) {
+	case 0:
+		off = x.rng.Int63n(size + 1)
+	case 1:
+		off = size + x.rng.Int63n(smallWrite) // a hole
+	}
+	data := make([]byte, n)
+	x.rng.Read(data)
+	var nRef, nFS int
+	var errRef, errFS error
+	if h.append {
+		x.note("append %d bytes to handle %d (%s)", n, h.id, h.name)
+		nRef, errRef = h.ref.Write(data)
+		nFS, errFS = h.fs.Write(data)
+	} else {
+		x.note("write %d bytes at %d to handle %d (%s)", n, off, h.id, h.name)
+		nRef, errRef = h.ref.WriteAt(data, off)
+		nFS, errFS = h.fs.WriteAt(data, off)
+	}
+	if nRef != nFS || !sameErr(errRef, errFS) {
+		x.fail("write to handle %d: local %d, %v; mount %d, %v", h.id, nRef, errRef, nFS, errFS)
+	}
+}
+
+func (x *exerciser) read() {
+	_, h := x.pickHandle()
+	if h == nil {
+		x.open()
+		return
+	}
+	size := x.size(h)
+	off := x.rng.Int63n(size + 2)
+	n := 1 + x.rng.Intn(smallWrite)
+	if x.rng.Intn(10) == 0 {
+		n = 1 + x.rng.Intn(largeWrite)
+	}
+	x.note("read %d bytes at %d from handle %d (%s)", n, off, h.id, h.name)
+	a, b := make([]byte, n), make([]byte, n)
+	nRef, errRef := h.ref.ReadAt(a, off)
+	nFS, errFS := h.fs.ReadAt(b, off)
+	if nRef != nFS || !sameErr(errRef, errFS) {
+		x.fail("read handle %d: local %d, %v; mount %d, %v", h.id, nRef, errRef, nFS, errFS)
+	}
+	if !bytes.Equal(a[:nRef], b[:nFS]) {
+		x.fail("read handle %d at %d: bytes differ from offset %d", h.id, off, off+int64(firstDiff(a, b)))
+	}
+}
+
+func (x *exerciser) close() {
+	i, h := x.pickHandle()
+	if h == nil {
+		x.open()
+		return
+	}
+	x.closeHandle(i)
+}
+
+func (x *exerciser) closeHandle(i int) {
+	h := x.handles[i]
+	x.note("close handle %d (%s)", h.id, h.name)
+	x.handles = slices.Delete(x.handles, i, i+1)
+	errRef, errFS := h.ref.Close(), h.fs.Close()
+	if !sameErr(errRef, errFS) {
+		x.fail("close handle %d: local %v, mount %v", h.id, errRef, errFS)
+	}
+	if h.name != "" && !x.isOpen(h.name) {
+		x.checkStored(h.name, "after the last close")
+	}
+}
+
+func (x *exerciser) isOpen(name string) bool {
+	return slices.ContainsFunc(x.handles, func(h *twin) bool { return h.name == name })
+}
+
+func (x *exerciser) fsync() {
+	_, h := x.pickHandle()
+	if h == nil {
+		return
+	}
+	x.note("fsync handle %d (%s)", h.id, h.name)
+	errRef, errFS := h.ref.Sync(), h.fs.Sync()
+	if !sameErr(errRef, errFS) {
+		x.fail("fsync handle %d: local %v, mount %v", h.id, errRef, errFS)
+	}
+	if h.name != "" && errFS == nil {
+		x.checkStoredNow(h.name, "after fsync")
+	}
+}
+
+func (x *exerciser) newSize(size int64) int64 {
+	switch x.rng.Intn(3) {
+	case 0:
+		return 0
+	case 1:
+		return x.rng.Int63n(size + 1)
+	}
+	return size + x.rng.Int63n(2*smallWrite)
+}
+
+func (x *exerciser) ftruncate() {
+	_, h := x.pickHandle()
+	if h == nil {
+		return
+	}
+	to := x.newSize(x.size(h))
+	x.note("ftruncate handle %d (%s) to %d", h.id, h.name, to)
+	errRef, errFS := h.ref.Truncate(to), h.fs.Truncate(to)
+	if !sameErr(errRef, errFS) {
+		x.fail("ftruncate handle %d: local %v, mount %v", h.id, errRef, errFS)
+	}
+}
+
+func (x *exerciser) truncate() {
+	name := x.pickName()
+	var size int64
+	if fi, err := os.Stat(filepath.Join(x.ref, name)); err == nil {
+		size = fi.Size()
+	}
+	to := x.newSize(size)
+	x.note("truncate %s to %d", name, to)
+	errRef := os.Truncate(filepath.Join(x.ref, name), to)
+	errFS := os.Truncate(filepath.Join(x.mnt, name), to)
+	if !sameErr(errRef, errFS) {
+		x.fail("truncate %s: local %v, mount %v", name, errRef, errFS)
+	}
+	if errRef == nil && !x.isOpen(name) {
+		x.checkStored(name, "after truncate(2) of a closed file")
+	}
+}
+
+func (x *exerciser) stat() {
+	if i, h := x.pickHandle(); h != nil && x.rng.Intn(2) == 0 {
+		_ = i
+		x.note("fstat handle %d (%s)", h.id, h.name)
+		a, errRef := h.ref.Stat()
+		b, errFS := h.fs.Stat()
+		if !sameErr(errRef, errFS) || (errRef == nil && a.Size() != b.Size()) {
+			x.fail("fstat handle %d: local %v, mount %v", h.id, statText(a, errRef), statText(b, errFS))
+		}
+		return
+	}
+	name := x.pickName()
+	x.note("stat %s", name)
+	a, errRef := os.Stat(filepath.Join(x.ref, name))
+	b, errFS := os.Stat(filepath.Join(x.mnt, name))
+	if !sameErr(errRef, errFS) || (errRef == nil && (a.Size() != b.Size() || a.Mode() != b.Mode())) {
+		x.fail("stat %s: local %v, mount %v", name, statText(a, errRef), statText(b, errFS))
+	}
+}
+
+func statText(fi os.FileInfo, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%v size %d", fi.Mode(), fi.Size())
+}
+
+func (x *exerciser) rename() {
+	from, to := x.pickName(), x.pickName()
+	x.note("rename %s %s", from, to)
+	errRef := os.Rename(filepath.Join(x.ref, from), filepath.Join(x.ref, to))
+	errFS := os.Rename(filepath.Join(x.mnt, from), filepath.Join(x.mnt, to))
+	if !sameErr(errRef, errFS) {
+		x.fail("rename %s %s: local %v, mount %v", from, to, errRef, errFS)
+	}
+	if errRef != nil || from == to {
+		return
+	}
+	for _, h := range x.handles {
+		switch h.name {
+		case to:
+			h.name = "" // replaced: its file has no name now
+		case from:
+			h.name = to
+		}
+	}
+	if !x.isOpen(to) {
+		x.checkStored(to, "after rename")
+	}
+	x.checkGone(from, "after rename")
+}
+
+func (x *exerciser) unlink() {
+	name := x.pickName()
+	x.note("unlink %s", name)
+	errRef := os.Remove(filepath.Join(x.ref, name))
+	errFS := os.Remove(filepath.Join(x.mnt, name))
+	if !sameErr(errRef, errFS) {
+		x.fail("unlink %s: local %v, mount %v", name, errRef, errFS)
+	}
+	if errRef != nil {
+		return
+	}
+	for _, h := range x.handles {
+		if h.name == name {
+			h.name = ""
+		}
+	}
+	x.checkGone(name, "after unlink")
+}
+
+// readWhole reads a file by its path through a new open, as another
+// program would while handles are open.
+func (x *exerciser) readWhole() {
+	name := x.pickName()
+	x.note("read whole %s", name)
+	a, errRef := os.ReadFile(filepath.Join(x.ref, name))
+	b, errFS := os.ReadFile(filepath.Join(x.mnt, name))
+	if !sameErr(errRef, errFS) {
+		x.fail("read %s: local %v, mount %v", name, errRef, errFS)
+	}
+	if len(a) != len(b) {
+		x.fail("read %s: local %d bytes, mount %d", name, len(a), len(b))
+	}
+	if !bytes.Equal(a, b) {
+		x.fail("read %s: bytes differ from offset %d", name, firstDiff(a, b))
+	}
+}
+
+// checkStored: S3 holds what the local file holds (in async mode, soon).
+func (x *exerciser) checkStored(name, when string) {
+	x.t.Helper()
+	if x.storeWait == 0 {
+		x.checkStoredNow(name, when)
+		return
+	}
+	want, err := os.ReadFile(filepath.Join(x.ref, name))
+	if err != nil {
+		x.fail("read local %s: %v", name, err)
+	}
+	deadline := time.Now().Add(x.storeWait)
+	for {
+		got, err := x.storedBytes(name)
+		if err == nil && bytes.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			x.checkStoredNow(name, when+fmt.Sprintf(" (waited %v)", x.storeWait))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (x *exerciser) checkStoredNow(name, when string) {
+	x.t.Helper()
+	x.checkNoStrayKeys(when)
+	want, err := os.ReadFile(filepath.Join(x.ref, name))
+	if err != nil {
+		x.fail("read local %s: %v", name, err)
+	}
+	got, err := x.storedBytes(name)
+	switch {
+	case err != nil:
+		x.fail("%s: S3 has no %s (%v); the local file has %d bytes", when, name, err, len(want))
+	case len(got) != len(want):
+		x.fail("%s: S3 holds %d bytes of %s, the local file %d", when, len(got), name, len(want))
+	case !bytes.Equal(got, want):
+		x.fail("%s: S3's %s differs from the local file from offset %d", when, name, firstDiff(got, want))
+	}
+}
+
+// checkNoStrayKeys: S3 holds no key but the exercised names that exist
+// locally and the directory's marker, such as an unlinked file uploaded
+// under some made-up name.
+func (x *exerciser) checkNoStrayKeys(when string) {
+	x.t.Helper()
+	for e, err := range x.st.List(context.Background(), "", "", true) {
+		if err != nil {
+			x.fail("%s: list the bucket: %v", when, err)
+		}
+		if e.Key == "d/" {
+			continue
+		}
+		if !slices.Contains(exerciseNames, e.Key) {
+			x.fail("%s: S3 holds a key no one made: %q", when, e.Key)
+		}
+	}
+}
+
+// checkGone: the name is no object in S3 (in async mode, soon: a
+// pending upload of the file's old name may land first).
+func (x *exerciser) checkGone(name, when string) {
+	x.t.Helper()
+	deadline := time.Now().Add(x.storeWait)
+	for {
+		_, err := x.storedBytes(name)
+		if errors.Is(err, store.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			x.fail("%s: S3 still has %s (%v)", when, name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (x *exerciser) storedBytes(name string) ([]byte, error) {
+	body, err := x.st.Get(context.Background(), name, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return io.ReadAll(body)
+}
+
+// compareTree: every exercised name, and the two directories' listings,
+// are the same under root as in the local directory.
+func (x *exerciser) compareTree(root, what string) {
+	x.t.Helper()
+	for _, dir := range []string{".", "d"} {
+		a, b := listNames(x.t, filepath.Join(x.ref, dir)), listNames(x.t, filepath.Join(root, dir))
+		if !slices.Equal(a, b) {
+			var keys []string
+			for e, err := range x.st.List(context.Background(), "", "", true) {
+				keys = append(keys, fmt.Sprint(e.Key, err))
+			}
+			x.fail("%s lists %s as %v, the local directory %v (S3: %v)", what, dir, b, a, keys)
+		}
+	}
+	for _, name := range exerciseNames {
+		a, errRef := os.ReadFile(filepath.Join(x.ref, name))
+		b, errFS := os.ReadFile(filepath.Join(root, name))
+		if !sameErr(errRef, errFS) || !bytes.Equal(a, b) {
+			x.fail("%s: %s is %d bytes (%v), the local file %d bytes (%v), first difference at %d",
+				what, name, len(b), errFS, len(a), errRef, firstDiff(a, b))
+		}
+	}
+}
