@@ -332,7 +332,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	a := n.newAttrs(ctx, syscall.S_IFREG|mode&07777)
 	node := &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
-	node.startEmpty(true)
+	node.startCreated()
 	ch := n.NewInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG})
 	fh, fuseFlags := node.openHandle(flags)
 	a.fill(&out.Attr)

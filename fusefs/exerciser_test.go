@@ -113,6 +113,9 @@ type exerciser struct {
 	trace     []string
 	failed    bool
 	storeWait time.Duration
+	// paranoid compares every open handle's whole content after each op,
+	// to find the first op where the two sides part.
+	paranoid bool
 }
 
 func newExerciser(t *testing.T, st store.Store, opts fusefs.Options, seed int64) *exerciser {
@@ -121,6 +124,7 @@ func newExerciser(t *testing.T, st store.Store, opts fusefs.Options, seed int64)
 	if opts.AsyncClose {
 		x.storeWait = 20 * time.Second
 	}
+	x.paranoid = os.Getenv("OBJFUSE_EXERCISE_PARANOID") != ""
 	for _, root := range []string{x.ref, x.mnt} {
 		if err := os.Mkdir(filepath.Join(root, "d"), 0o755); err != nil {
 			t.Fatal(err)
@@ -170,6 +174,9 @@ func (x *exerciser) run(ops int) {
 				break
 			}
 			n -= o.weight
+		}
+		if x.paranoid {
+			x.compareHandles()
 		}
 	}
 	for len(x.handles) > 0 {
@@ -461,6 +468,21 @@ func (x *exerciser) unlink() {
 		}
 	}
 	x.checkGone(name, "after unlink")
+}
+
+func (x *exerciser) compareHandles() {
+	for _, h := range x.handles {
+		a, b := make([]byte, x.size(h)+1), make([]byte, x.size(h)+1)
+		nRef, errRef := h.ref.ReadAt(a, 0)
+		nFS, errFS := h.fs.ReadAt(b, 0)
+		if errors.Is(errRef, syscall.EBADF) { // write-only
+			continue
+		}
+		if nRef != nFS || !sameErr(errRef, errFS) || !bytes.Equal(a[:nRef], b[:nFS]) {
+			x.fail("handle %d (%s): local %d bytes, %v; mount %d bytes, %v; first difference at %d",
+				h.id, h.name, nRef, errRef, nFS, errFS, firstDiff(a[:nRef], b[:nFS]))
+		}
+	}
 }
 
 // readWhole reads a file by its path through a new open, as another

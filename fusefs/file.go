@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"syscall"
@@ -53,6 +54,19 @@ var (
 
 func (n *fileNode) key() string { return n.fsys.keyOf(&n.Inode) }
 
+// errNoName: a file unlinked (or replaced by a rename) while open has no
+// key to be uploaded to; what its handles write stays local.
+var errNoName = errors.New("the file has no name in the bucket any more")
+
+// uploadKey is the key the file's content goes to, as long as it has one.
+func (n *fileNode) uploadKey() (string, error) {
+	p, linked := n.fsys.pathOf(&n.Inode)
+	if !linked {
+		return "", errNoName
+	}
+	return n.fsys.opts.Prefix + p, nil
+}
+
 // local reports whether local content is authoritative.
 func (n *fileNode) local() bool { return n.stream != nil || n.staging != nil }
 
@@ -88,22 +102,34 @@ func (n *fileNode) refresh(a attrs) {
 	n.attr, n.attrAt, n.stored = a, time.Now(), true
 }
 
-// startEmpty makes the content empty and ready to stream.
-func (n *fileNode) startEmpty(created bool) {
+// startCreated makes a new file's content empty and ready to stream.
+func (n *fileNode) startCreated() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.startEmptyLocked()
-	if created {
-		n.stored = false
-	}
+	n.dropLocal()
+	n.stream = n.fsys.newStream(n.uploadKey)
+	n.attr.size = 0
+	n.dirty = true
+	n.stored = false
 }
 
-func (n *fileNode) startEmptyLocked() {
+// startEmptyLocked makes the content empty and ready to stream, or for
+// a file without a name, which is never uploaded, an empty staging file.
+func (n *fileNode) startEmptyLocked() error {
 	n.dropLocal()
-	n.stream = n.fsys.newStream(n.key)
 	n.attr.size = 0
 	n.dirty = true
 	n.cachedETag = ""
+	if !n.unlinked {
+		n.stream = n.fsys.newStream(n.uploadKey)
+		return nil
+	}
+	st, err := n.fsys.newStaging()
+	if err != nil {
+		return err
+	}
+	n.staging = st
+	return nil
 }
 
 // dropLocal discards local content.
@@ -222,8 +248,7 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 		return nil
 	}
 	if size == 0 {
-		n.startEmptyLocked()
-		return nil
+		return n.startEmptyLocked()
 	}
 	if err := n.toStaging(ctx); err != nil {
 		return err
@@ -300,7 +325,8 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	if !n.dirty || n.unlinked {
 		return 0
 	}
-	if _, linked := n.fsys.pathOf(&n.Inode); !linked {
+	key, kerr := n.uploadKey()
+	if kerr != nil {
 		// Every way a file loses its name marks it unlinked first; one
 		// that did not must still not be stored under a made-up key.
 		n.fsys.opts.Logger.Error("not uploading a file that has no name", "ino", n.StableAttr().Ino)
@@ -327,7 +353,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		}
 	case n.staging != nil:
 		size := n.attr.size
-		o, perr := n.fsys.store.Put(ctx, n.key(), io.NewSectionReader(n.staging.f, 0, size), size, meta)
+		o, perr := n.fsys.store.Put(ctx, key, io.NewSectionReader(n.staging.f, 0, size), size, meta)
 		if err = perr; err == nil {
 			a.size, a.etag = size, o.ETag
 		}
@@ -335,14 +361,14 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	if err != nil {
 		n.uploadErr = err
 		n.fsys.stats.UploadErrors.Add(1)
-		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", n.key(), "err", err)
+		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)
 		return syscall.EIO
 	}
 	n.fsys.stats.Uploads.Add(1)
 	n.attr, n.attrAt = a, time.Now()
 	n.stored, n.dirty, n.mtimeSet = true, false, false
 	if p := n.parentDir(); p != nil {
-		p.noteChild(n.name(), &dirEntry{name: n.name(), obj: objectFor(n.key(), a)})
+		p.noteChild(n.name(), &dirEntry{name: n.name(), obj: objectFor(key, a)})
 	}
 	return 0
 }

@@ -72,7 +72,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	if !n.local() {
 		if n.attr.size == 0 && off == 0 {
-			n.startEmptyLocked()
+			if err := n.startEmptyLocked(); err != nil {
+				return 0, n.writeFailed(err)
+			}
 		} else if err := n.toStaging(ctx); err != nil {
 			return 0, toErrno(err)
 		}

@@ -30,7 +30,7 @@ var errNoMemory = errors.New("no memory for another upload buffer")
 // the upload; abort leaves nothing behind.
 type stream struct {
 	fsys *FS
-	key  func() string // the file's key now: it moves with renames
+	key  func() (string, error) // the file's key now: it moves with renames
 
 	buf    []byte  // the part being filled
 	pooled *[]byte // buf's backing buffer when it came from the pool
@@ -61,7 +61,7 @@ type partUpload struct {
 	done chan struct{}
 }
 
-func (f *FS) newStream(key func() string) *stream { return &stream{fsys: f, key: key} }
+func (f *FS) newStream(key func() (string, error)) *stream { return &stream{fsys: f, key: key} }
 
 func (s *stream) failed() error {
 	s.mu.Lock()
@@ -226,7 +226,11 @@ func (s *stream) freeSmall() {
 // not memory). Per-file parallelism is Concurrency.
 func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 	if s.upload == nil {
-		u, err := s.fsys.store.NewUpload(ctx, s.key(), meta)
+		key, err := s.key()
+		if err != nil {
+			return err
+		}
+		u, err := s.fsys.store.NewUpload(ctx, key, meta)
 		if err != nil {
 			return err
 		}
@@ -341,7 +345,11 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 	defer s.release()
 	if s.upload == nil {
 		// Small enough for one request.
-		o, err := s.fsys.store.Put(ctx, s.key(), bytes.NewReader(s.buf), int64(len(s.buf)), meta)
+		key, err := s.key()
+		if err != nil {
+			return store.Object{}, err
+		}
+		o, err := s.fsys.store.Put(ctx, key, bytes.NewReader(s.buf), int64(len(s.buf)), meta)
 		if err != nil {
 			return store.Object{}, err
 		}
@@ -377,8 +385,9 @@ func (s *stream) abort() {
 		if err := s.upload.Abort(ctx); err != nil {
 			// Usually the store is down: retry in the background so
 			// the parts do not linger once it is back.
-			s.fsys.opts.Logger.Warn("abort multipart upload; retrying in the background", "key", s.key(), "err", err)
-			go retryAbort(s.fsys, s.upload, s.key())
+			key, _ := s.key()
+			s.fsys.opts.Logger.Warn("abort multipart upload; retrying in the background", "key", key, "err", err)
+			go retryAbort(s.fsys, s.upload, key)
 		}
 		s.upload = nil
 	}
