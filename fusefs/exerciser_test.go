@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -85,7 +88,10 @@ func exerciseSettings(t *testing.T) (seeds []int64, ops int) {
 
 // exerciseNames are the files the exerciser plays with: few enough that
 // opens, renames and unlinks keep meeting each other.
-var exerciseNames = []string{"a", "b", "d/c", "d/e"}
+var exerciseNames = []string{"a", "b", "d/c", "d/e", "f/c", "f/e"}
+
+// exerciseDirs are the directories they may be in; "d" exists at first.
+var exerciseDirs = []string{"d", "f"}
 
 const (
 	maxOpenHandles = 6
@@ -98,6 +104,7 @@ type twin struct {
 	ref, fs *os.File
 	name    string // where it is linked now; "" once unlinked or replaced
 	append  bool
+	rw      bool // opened O_RDWR: mmap can write through it
 	id      int
 }
 
@@ -160,7 +167,8 @@ func (x *exerciser) run(ops int) {
 	table := []op{
 		{12, x.open}, {30, x.write}, {15, x.read}, {10, x.close}, {5, x.fsync},
 		{5, x.ftruncate}, {4, x.truncate}, {6, x.stat}, {5, x.rename}, {4, x.unlink},
-		{4, x.readWhole},
+		{4, x.readWhole}, {4, x.mmapWrite}, {2, x.chmod}, {2, x.list},
+		{2, x.mkdir}, {2, x.rmdir}, {2, x.renameDir},
 	}
 	total := 0
 	for _, o := range table {
@@ -182,10 +190,27 @@ func (x *exerciser) run(ops int) {
 	for len(x.handles) > 0 {
 		x.closeHandle(0)
 	}
+	x.t.Logf("seed %d: %s", x.seed, x.opMix())
 	x.compareTree(x.mnt, "the mount")
 	// A fresh filesystem over the same bucket: what was stored, not what
 	// the first mount remembers.
 	x.compareTree(mountFS(x.t, x.st, x.opts), "a fresh mount")
+}
+
+// opMix counts the ops run by their first word, to show what a seed did.
+func (x *exerciser) opMix() string {
+	counts := map[string]int{}
+	for _, line := range x.trace {
+		_, op, _ := strings.Cut(line, ": ")
+		if word, _, _ := strings.Cut(strings.TrimSpace(op), " "); word != "=" {
+			counts[word]++
+		}
+	}
+	var parts []string
+	for _, op := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", op, counts[op]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sameErr: both sides failed the same way, or neither did.
@@ -244,7 +269,8 @@ func (x *exerciser) open() {
 		return
 	}
 	x.nextID++
-	x.handles = append(x.handles, &twin{ref: ref, fs: fsf, name: name, append: f.flags&os.O_APPEND != 0, id: x.nextID})
+	x.handles = append(x.handles, &twin{ref: ref, fs: fsf, name: name, append: f.flags&os.O_APPEND != 0,
+		rw: f.flags&(os.O_RDWR|os.O_WRONLY|os.O_RDONLY) == os.O_RDWR, id: x.nextID})
 	x.note("  = handle %d", x.nextID)
 }
 
@@ -485,6 +511,132 @@ func (x *exerciser) compareHandles() {
 	}
 }
 
+func (x *exerciser) localDir(dir string) bool {
+	fi, err := os.Stat(filepath.Join(x.ref, dir))
+	return err == nil && fi.IsDir()
+}
+
+// mmapWrite changes a range of a file through a shared mapping, as
+// databases and some editors do; the kernel writes the pages back.
+func (x *exerciser) mmapWrite() {
+	_, h := x.pickHandle()
+	if h == nil || !h.rw {
+		return
+	}
+	size := x.size(h)
+	if size == 0 {
+		return
+	}
+	off := x.rng.Int63n(size)
+	n := 1 + x.rng.Int63n(min(size-off, smallWrite))
+	data := make([]byte, n)
+	x.rng.Read(data)
+	sync := x.rng.Intn(2) == 0
+	x.note("mmap write %d bytes at %d to handle %d (%s), msync %v", n, off, h.id, h.name, sync)
+	for _, f := range []*os.File{h.ref, h.fs} {
+		m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			x.fail("mmap handle %d: %v", h.id, err)
+		}
+		copy(m[off:], data)
+		if sync {
+			if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+				x.fail("msync handle %d: %v", h.id, err)
+			}
+		}
+		if err := unix.Munmap(m); err != nil {
+			x.fail("munmap handle %d: %v", h.id, err)
+		}
+	}
+}
+
+func (x *exerciser) chmod() {
+	name := x.pickName()
+	mode := []os.FileMode{0o600, 0o644, 0o755}[x.rng.Intn(3)]
+	x.note("chmod %s %o", name, mode)
+	errRef := os.Chmod(filepath.Join(x.ref, name), mode)
+	errFS := os.Chmod(filepath.Join(x.mnt, name), mode)
+	if !sameErr(errRef, errFS) {
+		x.fail("chmod %s: local %v, mount %v", name, errRef, errFS)
+	}
+}
+
+func (x *exerciser) list() {
+	dir := append([]string{"."}, exerciseDirs...)[x.rng.Intn(len(exerciseDirs)+1)]
+	x.note("list %s", dir)
+	a, errRef := os.ReadDir(filepath.Join(x.ref, dir))
+	b, errFS := os.ReadDir(filepath.Join(x.mnt, dir))
+	if !sameErr(errRef, errFS) {
+		x.fail("list %s: local %v, mount %v", dir, errRef, errFS)
+	}
+	var na, nb []string
+	for _, e := range a {
+		na = append(na, e.Name()+" "+e.Type().String())
+	}
+	for _, e := range b {
+		nb = append(nb, e.Name()+" "+e.Type().String())
+	}
+	if !slices.Equal(na, nb) {
+		x.fail("list %s: local %v, mount %v", dir, na, nb)
+	}
+}
+
+func (x *exerciser) pickDir() string { return exerciseDirs[x.rng.Intn(len(exerciseDirs))] }
+
+func (x *exerciser) mkdir() {
+	dir := x.pickDir()
+	x.note("mkdir %s", dir)
+	errRef := os.Mkdir(filepath.Join(x.ref, dir), 0o755)
+	errFS := os.Mkdir(filepath.Join(x.mnt, dir), 0o755)
+	if !sameErr(errRef, errFS) {
+		x.fail("mkdir %s: local %v, mount %v", dir, errRef, errFS)
+	}
+}
+
+func (x *exerciser) rmdir() {
+	dir := x.pickDir()
+	x.note("rmdir %s", dir)
+	errRef := unix.Rmdir(filepath.Join(x.ref, dir))
+	errFS := unix.Rmdir(filepath.Join(x.mnt, dir))
+	if !sameErr(errRef, errFS) {
+		x.fail("rmdir %s: local %v, mount %v", dir, errRef, errFS)
+	}
+	if errRef == nil {
+		x.checkNoStrayKeys("after rmdir")
+	}
+}
+
+// renameDir moves one directory onto the other's name (allowed when that
+// one is missing or empty); open files inside move with it.
+func (x *exerciser) renameDir() {
+	from, to := x.pickDir(), x.pickDir()
+	x.note("rename directory %s %s", from, to)
+	errRef := os.Rename(filepath.Join(x.ref, from), filepath.Join(x.ref, to))
+	errFS := os.Rename(filepath.Join(x.mnt, from), filepath.Join(x.mnt, to))
+	if !sameErr(errRef, errFS) {
+		x.fail("rename directory %s %s: local %v, mount %v", from, to, errRef, errFS)
+	}
+	if errRef != nil || from == to {
+		return
+	}
+	for _, h := range x.handles {
+		if rest, ok := strings.CutPrefix(h.name, from+"/"); ok {
+			h.name = to + "/" + rest
+		}
+	}
+	for _, name := range exerciseNames {
+		if strings.HasPrefix(name, to+"/") && x.exists(name) && !x.isOpen(name) {
+			x.checkStored(name, "after renaming its directory")
+		}
+	}
+	x.checkNoStrayKeys("after renaming a directory")
+}
+
+func (x *exerciser) exists(name string) bool {
+	_, err := os.Stat(filepath.Join(x.ref, name))
+	return err == nil
+}
+
 // readWhole reads a file by its path through a new open, as another
 // program would while handles are open.
 func (x *exerciser) readWhole() {
@@ -555,10 +707,11 @@ func (x *exerciser) checkNoStrayKeys(when string) {
 		if err != nil {
 			x.fail("%s: list the bucket: %v", when, err)
 		}
-		if e.Key == "d/" {
-			continue
+		dir, _, _ := strings.Cut(e.Key, "/")
+		if slices.Contains(exerciseDirs, dir) && !x.localDir(dir) {
+			x.fail("%s: S3 holds %q, but directory %s was removed", when, e.Key, dir)
 		}
-		if !slices.Contains(exerciseNames, e.Key) {
+		if !slices.Contains(exerciseNames, e.Key) && !slices.Contains(exerciseDirs, strings.TrimSuffix(e.Key, "/")) {
 			x.fail("%s: S3 holds a key no one made: %q", when, e.Key)
 		}
 	}
@@ -594,7 +747,13 @@ func (x *exerciser) storedBytes(name string) ([]byte, error) {
 // are the same under root as in the local directory.
 func (x *exerciser) compareTree(root, what string) {
 	x.t.Helper()
-	for _, dir := range []string{".", "d"} {
+	for _, dir := range append([]string{"."}, exerciseDirs...) {
+		if !x.localDir(dir) {
+			if _, err := os.Stat(filepath.Join(root, dir)); !errors.Is(err, os.ErrNotExist) {
+				x.fail("%s: directory %s, removed, is there (%v)", what, dir, err)
+			}
+			continue
+		}
 		a, b := listNames(x.t, filepath.Join(x.ref, dir)), listNames(x.t, filepath.Join(root, dir))
 		if !slices.Equal(a, b) {
 			var keys []string
