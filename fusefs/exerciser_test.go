@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -42,6 +43,7 @@ func TestRandomOpsMatchALocalFilesystem(t *testing.T) {
 	}{
 		{"durable", fusefs.Options{}},
 		{"async close", fusefs.Options{AsyncClose: true}},
+		{"prefix", fusefs.Options{Prefix: "vol/"}}, // a volume in a shared bucket
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -50,7 +52,7 @@ func TestRandomOpsMatchALocalFilesystem(t *testing.T) {
 					for _, seed := range seeds {
 						t.Run("seed "+strconv.FormatInt(seed, 10), func(t *testing.T) {
 							st := b.fresh(t)
-							newExerciser(t, st, m.opts, seed).run(ops)
+							newExerciser(t, st, m.opts, seed, mountFS(t, st, m.opts), "", nil).run(ops)
 						})
 					}
 				})
@@ -115,6 +117,9 @@ type exerciser struct {
 	rng       *rand.Rand
 	seed      int64
 	ref, mnt  string
+	sub       string   // the directory of the mount played in, or ""
+	siblings  []string // other exercisers' directories in the same mount
+	keyPrefix string   // the keys of the names played with start so
 	handles   []*twin
 	nextID    int
 	trace     []string
@@ -125,9 +130,46 @@ type exerciser struct {
 	paranoid bool
 }
 
-func newExerciser(t *testing.T, st store.Store, opts fusefs.Options, seed int64) *exerciser {
+// TestConcurrentExercisersShareAMount runs several exercisers at once on
+// one mount, each in a directory of its own: the filesystem's shared
+// parts (the root's listing, memory for uploads, the kernel's requests in
+// parallel) under load, every one still checked against its local twin.
+// With -race, as CI runs it, it also looks for data races.
+func TestConcurrentExercisersShareAMount(t *testing.T) {
+	seeds, ops := exerciseSettings(t)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, opts := range []fusefs.Options{{}, {AsyncClose: true}} {
+				t.Run(fmt.Sprintf("async close %v", opts.AsyncClose), func(t *testing.T) {
+					st := b.fresh(t)
+					mnt := mountFS(t, st, opts)
+					var subs []string
+					for i := range seeds {
+						subs = append(subs, fmt.Sprintf("w%d", i))
+					}
+					for i, seed := range seeds {
+						t.Run(subs[i], func(t *testing.T) {
+							t.Parallel()
+							newExerciser(t, st, opts, seed, mnt, subs[i], subs).run(ops)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// newExerciser plays in sub (the mount's root when "") of the mount at
+// mnt; siblings are the directories other exercisers play in at once.
+func newExerciser(t *testing.T, st store.Store, opts fusefs.Options, seed int64, mnt, sub string, siblings []string) *exerciser {
 	x := &exerciser{t: t, st: st, opts: opts, rng: rand.New(rand.NewSource(seed)), seed: seed,
-		ref: t.TempDir(), mnt: mountFS(t, st, opts)}
+		ref: t.TempDir(), mnt: filepath.Join(mnt, sub), sub: sub, siblings: siblings, keyPrefix: opts.Prefix}
+	if sub != "" {
+		x.keyPrefix += sub + "/"
+		if err := os.Mkdir(x.mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if opts.AsyncClose {
 		x.storeWait = 20 * time.Second
 	}
@@ -194,7 +236,7 @@ func (x *exerciser) run(ops int) {
 	x.compareTree(x.mnt, "the mount")
 	// A fresh filesystem over the same bucket: what was stored, not what
 	// the first mount remembers.
-	x.compareTree(mountFS(x.t, x.st, x.opts), "a fresh mount")
+	x.compareTree(filepath.Join(mountFS(x.t, x.st, x.opts), x.sub), "a fresh mount")
 }
 
 // opMix counts the ops run by their first word, to show what a seed did.
@@ -533,21 +575,63 @@ func (x *exerciser) mmapWrite() {
 	x.rng.Read(data)
 	sync := x.rng.Intn(2) == 0
 	x.note("mmap write %d bytes at %d to handle %d (%s), msync %v", n, off, h.id, h.name, sync)
-	for _, f := range []*os.File{h.ref, h.fs} {
-		m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			x.fail("mmap handle %d: %v", h.id, err)
-		}
-		copy(m[off:], data)
-		if sync {
-			if err := unix.Msync(m, unix.MS_SYNC); err != nil {
-				x.fail("msync handle %d: %v", h.id, err)
-			}
-		}
-		if err := unix.Munmap(m); err != nil {
-			x.fail("munmap handle %d: %v", h.id, err)
+	if err := mmapWrite(h.ref, size, off, data, sync); err != nil {
+		x.fail("local handle %d: %v", h.id, err)
+	}
+	// A page fault on the mount waits for this process to serve it, and
+	// would deadlock with a garbage collection that stops every thread:
+	// the mount's mapping is written by a child process, through the
+	// same open file.
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=mmap-write",
+		fmt.Sprintf("OBJFUSE_MMAP=%d,%d,%v", size, off, sync))
+	cmd.ExtraFiles = []*os.File{h.fs}
+	cmd.Stdin = bytes.NewReader(data)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		x.fail("mount handle %d: %v: %s", h.id, err, out)
+	}
+}
+
+// mmapWrite writes data at off of f (size bytes long) through a shared
+// mapping, and msyncs it if asked.
+func mmapWrite(f *os.File, size, off int64, data []byte, sync bool) error {
+	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mmap: %w", err)
+	}
+	copy(m[off:], data)
+	if sync {
+		if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+			return fmt.Errorf("msync: %w", err)
 		}
 	}
+	return unix.Munmap(m)
+}
+
+// helperEnv names a test helper for TestMain to run instead of the tests,
+// in a child process of the test binary.
+const helperEnv = "OBJFUSE_TEST_HELPER"
+
+var testHelpers = map[string]func() int{
+	// mmap-write: mmapWrite on fd 3, with OBJFUSE_MMAP="size,off,sync"
+	// and the data on stdin.
+	"mmap-write": func() int {
+		var size, off int64
+		var sync bool
+		if _, err := fmt.Sscanf(os.Getenv("OBJFUSE_MMAP"), "%d,%d,%t", &size, &off, &sync); err != nil {
+			fmt.Fprintln(os.Stderr, "OBJFUSE_MMAP:", err)
+			return 2
+		}
+		data, err := io.ReadAll(os.Stdin)
+		if err == nil {
+			err = mmapWrite(os.NewFile(3, "mapped"), size, off, data, sync)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	},
 }
 
 func (x *exerciser) chmod() {
@@ -707,11 +791,27 @@ func (x *exerciser) checkNoStrayKeys(when string) {
 		if err != nil {
 			x.fail("%s: list the bucket: %v", when, err)
 		}
-		dir, _, _ := strings.Cut(e.Key, "/")
+		key, inside := strings.CutPrefix(e.Key, x.opts.Prefix)
+		if !inside {
+			x.fail("%s: S3 holds %q, outside the mount's prefix %q", when, e.Key, x.opts.Prefix)
+		}
+		if x.sub != "" {
+			first, rest, _ := strings.Cut(key, "/")
+			switch {
+			case first != x.sub && slices.Contains(x.siblings, first):
+				continue // another exerciser's
+			case first != x.sub:
+				x.fail("%s: S3 holds a key no one made: %q", when, e.Key)
+			case rest == "":
+				continue // the directory's marker
+			}
+			key = rest
+		}
+		dir, _, _ := strings.Cut(key, "/")
 		if slices.Contains(exerciseDirs, dir) && !x.localDir(dir) {
 			x.fail("%s: S3 holds %q, but directory %s was removed", when, e.Key, dir)
 		}
-		if !slices.Contains(exerciseNames, e.Key) && !slices.Contains(exerciseDirs, strings.TrimSuffix(e.Key, "/")) {
+		if !slices.Contains(exerciseNames, key) && !slices.Contains(exerciseDirs, strings.TrimSuffix(key, "/")) {
 			x.fail("%s: S3 holds a key no one made: %q", when, e.Key)
 		}
 	}
@@ -735,7 +835,7 @@ func (x *exerciser) checkGone(name, when string) {
 }
 
 func (x *exerciser) storedBytes(name string) ([]byte, error) {
-	body, err := x.st.Get(context.Background(), name, 0, -1)
+	body, err := x.st.Get(context.Background(), x.keyPrefix+name, 0, -1)
 	if err != nil {
 		return nil, err
 	}
