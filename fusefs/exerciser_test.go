@@ -298,6 +298,7 @@ func (x *exerciser) open() {
 		{"O_RDWR|O_CREAT|O_TRUNC", os.O_RDWR | os.O_CREATE | os.O_TRUNC},
 		{"O_WRONLY|O_CREAT|O_APPEND", os.O_WRONLY | os.O_CREATE | os.O_APPEND},
 		{"O_RDONLY", os.O_RDONLY},
+		{"O_RDWR|O_CREAT|O_EXCL", os.O_RDWR | os.O_CREATE | os.O_EXCL},
 	}
 	f := flagSets[x.rng.Intn(len(flagSets))]
 	name := x.pickName()
@@ -869,6 +870,14 @@ func (x *exerciser) compareTree(root, what string) {
 		if !sameErr(errRef, errFS) || !bytes.Equal(a, b) {
 			x.fail("%s: %s is %d bytes (%v), the local file %d bytes (%v), first difference at %d",
 				what, name, len(b), errFS, len(a), errRef, firstDiff(a, b))
+		}
+		if errRef != nil {
+			continue
+		}
+		fa, errRef := os.Stat(filepath.Join(x.ref, name))
+		fb, errFS := os.Stat(filepath.Join(root, name))
+		if errRef != nil || errFS != nil || fa.Mode() != fb.Mode() {
+			x.fail("%s: %s is %s, the local file %s", what, name, statText(fb, errFS), statText(fa, errRef))
 		}
 	}
 }
