@@ -84,8 +84,10 @@ func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	a := n.attr
 	n.mu.Unlock()
 	// A bucket's root has no object to hold its attributes, so changes to
-	// it last only as long as the mount.
-	if a.applySetattr(in) && !(n.IsRoot() && n.fsys.opts.Prefix == "") {
+	// it last only as long as the mount; nor has a removed directory
+	// still open.
+	_, linked := n.fsys.pathOf(&n.Inode)
+	if a.applySetattr(in) && linked && !(n.IsRoot() && n.fsys.opts.Prefix == "") {
 		if err := n.putMarker(ctx, a); err != nil {
 			return errno(err)
 		}

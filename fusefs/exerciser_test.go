@@ -193,8 +193,8 @@ func newExerciser(t *testing.T, st store.Store, opts fusefs.Options, seed int64,
 func (x *exerciser) fail(format string, args ...any) {
 	x.t.Helper()
 	from := max(0, len(x.trace)-400)
-	x.t.Fatalf("seed %d, op %d: %s\nlast ops:\n  %s", x.seed, len(x.trace), fmt.Sprintf(format, args...),
-		strings.Join(x.trace[from:], "\n  "))
+	x.t.Fatalf("seed %d, op %d: %s\n%s\nlast ops:\n  %s", x.seed, len(x.trace), fmt.Sprintf(format, args...),
+		x.s3View(), strings.Join(x.trace[from:], "\n  "))
 }
 
 func (x *exerciser) note(format string, args ...any) {
@@ -237,6 +237,32 @@ func (x *exerciser) run(ops int) {
 	// A fresh filesystem over the same bucket: what was stored, not what
 	// the first mount remembers.
 	x.compareTree(filepath.Join(mountFS(x.t, x.st, x.opts), x.sub), "a fresh mount")
+}
+
+// s3View is what S3 holds for the exerciser, listed whole and by
+// directory as the mount lists it, for a failure's report.
+func (x *exerciser) s3View() string {
+	ctx := context.Background()
+	var b strings.Builder
+	for _, dir := range append([]string{""}, exerciseDirs...) {
+		prefix, recursive := x.keyPrefix, dir == ""
+		if dir != "" {
+			prefix += dir + "/"
+		}
+		fmt.Fprintf(&b, "S3 under %q (recursive %v):", prefix, recursive)
+		for e, err := range x.st.List(ctx, prefix, "", recursive) {
+			switch {
+			case err != nil:
+				fmt.Fprintf(&b, " error %v", err)
+			case e.IsPrefix():
+				fmt.Fprintf(&b, " %s", e.Prefix)
+			default:
+				fmt.Fprintf(&b, " %s(%d)", e.Key, e.Size)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // opMix counts the ops run by their first word, to show what a seed did.

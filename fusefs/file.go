@@ -55,11 +55,12 @@ var (
 func (n *fileNode) key() string { return n.fsys.keyOf(&n.Inode) }
 
 // errNoName: a file unlinked (or replaced by a rename) while open has no
-// key to be uploaded to; what its handles write stays local.
+// key: what its handles write stays local, and what was not kept locally
+// when it lost its name cannot be read (ESTALE).
 var errNoName = errors.New("the file has no name in the bucket any more")
 
-// uploadKey is the key the file's content goes to, as long as it has one.
-func (n *fileNode) uploadKey() (string, error) {
+// linkedKey is the file's key, as long as it has a name.
+func (n *fileNode) linkedKey() (string, error) {
 	p, linked := n.fsys.pathOf(&n.Inode)
 	if !linked {
 		return "", errNoName
@@ -107,7 +108,7 @@ func (n *fileNode) startCreated() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.dropLocal()
-	n.stream = n.fsys.newStream(n.uploadKey)
+	n.stream = n.fsys.newStream(n.linkedKey)
 	n.attr.size = 0
 	n.dirty = true
 	n.stored = false
@@ -121,7 +122,7 @@ func (n *fileNode) startEmptyLocked() error {
 	n.dirty = true
 	n.cachedETag = ""
 	if !n.unlinked {
-		n.stream = n.fsys.newStream(n.uploadKey)
+		n.stream = n.fsys.newStream(n.linkedKey)
 		return nil
 	}
 	st, err := n.fsys.newStaging()
@@ -173,7 +174,11 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 			return errno
 		}
 	}
-	st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.size)
+	key, err := n.linkedKey()
+	if err != nil {
+		return err
+	}
+	st, err := n.fsys.loadStaging(ctx, key, n.attr.size)
 	if err != nil {
 		return err
 	}
@@ -325,7 +330,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	if !n.dirty || n.unlinked {
 		return 0
 	}
-	key, kerr := n.uploadKey()
+	key, kerr := n.linkedKey()
 	if kerr != nil {
 		// Every way a file loses its name marks it unlinked first; one
 		// that did not must still not be stored under a made-up key.
@@ -440,6 +445,9 @@ func (n *fileNode) unlink(ctx context.Context) syscall.Errno {
 func toErrno(err error) syscall.Errno {
 	if e, ok := err.(syscall.Errno); ok {
 		return e
+	}
+	if errors.Is(err, errNoName) {
+		return syscall.ESTALE
 	}
 	return errno(err)
 }

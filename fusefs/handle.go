@@ -52,8 +52,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		}
 		return sliceReply(dest[:k]), 0
 	}
-	key, size, etag := n.key(), n.attr.size, n.attr.etag
+	key, err := n.linkedKey()
+	size, etag := n.attr.size, n.attr.etag
 	n.mu.Unlock()
+	if err != nil {
+		return nil, toErrno(err)
+	}
 	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
 	if err != nil {
 		return nil, toErrno(err)

@@ -44,6 +44,8 @@ func TestPOSIX(t *testing.T) {
 		{"symlink", testSymlink},
 		{"chmod chown mtime persist", testAttrsPersist},
 		{"read after unlink", testReadAfterUnlink},
+		{"read after unlink, too large to keep", testReadAfterUnlinkTooLarge},
+		{"removed directory's attributes", testRemovedDirAttrs},
 		{"hard link unsupported", testHardLink},
 		{"odd keys", testOddKeys},
 		{"large directory", testLargeDir},
@@ -471,6 +473,55 @@ func testReadAfterUnlink(t *testing.T, st store.Store, dir string) {
 		t.Fatalf("read after unlink: %d %v", n, err)
 	}
 	sameBytes(t, "read after unlink", b[:n], []byte("still here"))
+}
+
+// testReadAfterUnlinkTooLarge: an open file too large to keep a local
+// copy of when it is removed cannot be read any more, and says so
+// (ESTALE) rather than reading as empty or as some other object.
+func testReadAfterUnlinkTooLarge(t *testing.T, st store.Store, _ string) {
+	dir := mountFS(t, st, fusefs.Options{Prefix: "vol", StagingLimit: 4 << 20})
+	p := filepath.Join(dir, "big")
+	writeFile(t, p, randomBytes(2<<20)) // over a quarter of the staging limit
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.ReadAt(make([]byte, 4096), 0)
+	wantErrno(t, fmt.Sprintf("read after unlink (%d bytes)", n), err, syscall.ESTALE)
+}
+
+// testRemovedDirAttrs: a removed directory still open takes fchmod (as
+// on a local disk) and stores it nowhere: it has no key, and the one
+// made up for it must not be the mount's own prefix.
+func testRemovedDirAttrs(t *testing.T, st store.Store, _ string) {
+	dir := mountFS(t, st, fusefs.Options{Prefix: "vol"})
+	if err := os.Mkdir(filepath.Join(dir, "gone"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "gone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Rmdir(filepath.Join(dir, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Chmod(0o700); err != nil {
+		t.Fatalf("fchmod of a removed directory: %v", err)
+	}
+	for e, err := range st.List(context.Background(), "", "", true) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("S3 holds %q (mode %s) after the directory was removed", e.Key, e.Metadata["mode"])
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the mount's root: %v, %v; want 0755", fi.Mode(), err)
+	}
 }
 
 func testHardLink(t *testing.T, st store.Store, dir string) {
