@@ -101,9 +101,13 @@ func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 
 // putMarker writes the directory's marker object with attributes a.
 func (n *dirNode) putMarker(ctx context.Context, a attrs) error {
-	if _, err := n.fsys.store.Put(ctx, n.key(), bytes.NewReader(nil), 0, a.metadata()); err != nil {
+	key := n.key()
+	o, err := n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, a.metadata())
+	if err != nil {
 		return err
 	}
+	o.Key, o.Metadata = key, a.metadata()
+	noteInParent(&n.Inode, dirEntry{isDir: true, obj: o})
 	n.mu.Lock()
 	n.hasMarker = true
 	n.mu.Unlock()

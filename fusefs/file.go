@@ -239,8 +239,9 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 			}
 			a.etag = o.ETag
 			n.mtimeSet = false
+			noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 		}
-		n.attr = a
+		n.attr, n.attrAt = a, time.Now()
 	}
 	a = n.attr
 	a.size = n.size()

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+
 	"github.com/objfuse/objfuse/fusefs/store"
 )
 
@@ -270,6 +272,20 @@ func (n *dirNode) noteChild(name string, e *dirEntry) {
 		delete(n.listCache.entries, name)
 	} else {
 		n.listCache.entries[name] = *e
+	}
+}
+
+// noteInParent records a node's new attributes (an object written
+// anew) in its parent's listing, so that a lookup answered from that
+// listing does not bring the old ones back.
+func noteInParent(in *fs.Inode, e dirEntry) {
+	name, p := in.Parent()
+	if p == nil {
+		return
+	}
+	if d, ok := p.Operations().(*dirNode); ok {
+		e.name = name
+		d.noteChild(name, &e)
 	}
 }
 

@@ -43,6 +43,7 @@ func TestPOSIX(t *testing.T) {
 		{"rename errors", testRenameErrors},
 		{"symlink", testSymlink},
 		{"chmod chown mtime persist", testAttrsPersist},
+		{"attributes changed after a listing", testAttrsChangedAfterListing},
 		{"read after unlink", testReadAfterUnlink},
 		{"read after unlink, too large to keep", testReadAfterUnlinkTooLarge},
 		{"removed directory's attributes", testRemovedDirAttrs},
@@ -451,6 +452,57 @@ func testAttrsPersist(t *testing.T, st store.Store, dir string) {
 	}
 	// Content survives a chmod.
 	sameBytes(t, "content", readFile(t, filepath.Join(again, "f")), []byte("x"))
+}
+
+// testAttrsChangedAfterListing: a change of attributes outlives the
+// listing taken before it. With the kernel's entries short-lived and
+// listings long-lived, every stat after the change looks the name up
+// again in that listing; it must not bring the old attributes back (nor
+// must the next upload of the file store them).
+func testAttrsChangedAfterListing(t *testing.T, st store.Store, _ string) {
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Millisecond, ListTTL: time.Minute})
+	writeFile(t, filepath.Join(dir, "f"), []byte("x"))
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("f", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	listNames(t, dir) // the listing the lookups below answer from
+	for _, name := range []string{"f", "d"} {
+		if err := os.Chmod(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Lchown(filepath.Join(dir, "l"), 1234, 1234); err != nil {
+		t.Fatal(err)
+	}
+	check := func(root, when string) {
+		t.Helper()
+		for _, name := range []string{"f", "d"} {
+			if fi, err := os.Lstat(filepath.Join(root, name)); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Fatalf("%s: %s is %v (%v), want mode 0700", when, name, fi.Mode(), err)
+			}
+		}
+		if fi, err := os.Lstat(filepath.Join(root, "l")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1234 {
+			t.Fatalf("%s: the symlink's owner is %v (%v), want 1234", when, fi.Sys(), err)
+		}
+	}
+	// Each round outlives the kernel's entries (1 ms), not the listing.
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+		check(dir, "after the change")
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "f"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check(remount(t, st), "after an append and a remount")
 }
 
 func testReadAfterUnlink(t *testing.T, st store.Store, dir string) {

@@ -82,9 +82,12 @@ func (n *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.Se
 	n.mu.Unlock()
 	if a.applySetattr(in) {
 		key := n.fsys.keyOf(&n.Inode)
-		if _, err := n.fsys.store.Copy(ctx, key, key, a.metadata()); err != nil {
+		o, err := n.fsys.store.Copy(ctx, key, key, a.metadata())
+		if err != nil {
 			return errno(err)
 		}
+		o.Metadata = a.metadata()
+		noteInParent(&n.Inode, dirEntry{obj: o})
 	}
 	n.mu.Lock()
 	n.attr = a
