@@ -3,6 +3,7 @@ package fusefs_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -605,17 +607,8 @@ func (x *exerciser) mmapWrite() {
 	if err := mmapWrite(h.ref, size, off, data, sync); err != nil {
 		x.fail("local handle %d: %v", h.id, err)
 	}
-	// A page fault on the mount waits for this process to serve it, and
-	// would deadlock with a garbage collection that stops every thread:
-	// the mount's mapping is written by a child process, through the
-	// same open file.
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"=mmap-write",
-		fmt.Sprintf("OBJFUSE_MMAP=%d,%d,%v", size, off, sync))
-	cmd.ExtraFiles = []*os.File{h.fs}
-	cmd.Stdin = bytes.NewReader(data)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		x.fail("mount handle %d: %v: %s", h.id, err, out)
+	if err := mmapper.write(h.fs, size, off, data, sync); err != nil {
+		x.fail("mount handle %d: %v", h.id, err)
 	}
 }
 
@@ -635,30 +628,118 @@ func mmapWrite(f *os.File, size, off int64, data []byte, sync bool) error {
 	return unix.Munmap(m)
 }
 
+// mmapper writes through shared mappings of the mount's files in a
+// process of its own. In the process serving the mount, a page fault on
+// such a mapping waits for that same process to answer it, and deadlocks
+// with a garbage collection that stops every thread. Nor may it be a
+// process forked for each write: a fork (Go's vfork) holds up the
+// collection's stop too, until the child has execed, and the exec closes
+// the child's copies of every file open on the mount, each close a FLUSH
+// the stopped process must answer. So one helper is started before any
+// file is open, and is sent each file over a socket.
+var mmapper mmapHelper
+
+type mmapHelper struct {
+	mu   sync.Mutex
+	sock int // SOCK_SEQPACKET to the helper; -1 until started
+}
+
+const mmapHeader = 17 // size and offset (8 bytes each), msync (1)
+
+// start starts the helper; TestMain calls it before any test runs.
+func (m *mmapHelper) start() (stop func(), err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	child := os.NewFile(uintptr(fds[1]), "mmapper")
+	defer child.Close()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=mmapper")
+	cmd.ExtraFiles = []*os.File{child} // its fd 3
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		unix.Close(fds[0])
+		return nil, err
+	}
+	m.sock = fds[0]
+	return func() {
+		unix.Close(m.sock) // the helper reads end of file and exits
+		cmd.Wait()
+	}, nil
+}
+
+// write has the helper run mmapWrite on f.
+func (m *mmapHelper) write(f *os.File, size, off int64, data []byte, sync bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sock <= 0 {
+		return errors.New("the mmap helper was not started (TestMain starts it)")
+	}
+	msg := make([]byte, mmapHeader, mmapHeader+len(data))
+	binary.LittleEndian.PutUint64(msg[0:], uint64(size))
+	binary.LittleEndian.PutUint64(msg[8:], uint64(off))
+	if sync {
+		msg[16] = 1
+	}
+	msg = append(msg, data...)
+	if err := unix.Sendmsg(m.sock, msg, unix.UnixRights(int(f.Fd())), nil, 0); err != nil {
+		return fmt.Errorf("send to the mmap helper: %w", err)
+	}
+	reply := make([]byte, 4096)
+	n, err := unix.Read(m.sock, reply)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the mmap helper's reply: %w", err)
+	case n == 0:
+		return errors.New("the mmap helper exited")
+	case string(reply[:n]) != "ok":
+		return errors.New(string(reply[:n]))
+	}
+	return nil
+}
+
+// serveMmaps is the helper: it runs mmapWrite for each file it is sent
+// on fd 3 until that socket closes.
+func serveMmaps() int {
+	const sock = 3
+	buf, oob := make([]byte, mmapHeader+smallWrite+1), make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, 0)
+		if err != nil || n == 0 {
+			return 0
+		}
+		reply := "ok"
+		if err := serveMmap(buf[:n], oob[:oobn]); err != nil {
+			reply = err.Error()
+		}
+		if _, err := unix.Write(sock, []byte(reply)); err != nil {
+			return 1
+		}
+	}
+}
+
+func serveMmap(msg, oob []byte) error {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil || len(msgs) != 1 {
+		return fmt.Errorf("no file sent (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 || len(msg) < mmapHeader {
+		return fmt.Errorf("bad request (%v)", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "mapped")
+	defer f.Close()
+	size, off := int64(binary.LittleEndian.Uint64(msg[0:])), int64(binary.LittleEndian.Uint64(msg[8:]))
+	return mmapWrite(f, size, off, msg[mmapHeader:], msg[16] == 1)
+}
+
 // helperEnv names a test helper for TestMain to run instead of the tests,
 // in a child process of the test binary.
 const helperEnv = "OBJFUSE_TEST_HELPER"
 
 var testHelpers = map[string]func() int{
-	// mmap-write: mmapWrite on fd 3, with OBJFUSE_MMAP="size,off,sync"
-	// and the data on stdin.
-	"mmap-write": func() int {
-		var size, off int64
-		var sync bool
-		if _, err := fmt.Sscanf(os.Getenv("OBJFUSE_MMAP"), "%d,%d,%t", &size, &off, &sync); err != nil {
-			fmt.Fprintln(os.Stderr, "OBJFUSE_MMAP:", err)
-			return 2
-		}
-		data, err := io.ReadAll(os.Stdin)
-		if err == nil {
-			err = mmapWrite(os.NewFile(3, "mapped"), size, off, data, sync)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return 0
-	},
+	"mmapper": serveMmaps,
 }
 
 func (x *exerciser) chmod() {

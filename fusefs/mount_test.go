@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -57,7 +58,13 @@ func TestMain(m *testing.M) {
 	if helper, ok := testHelpers[os.Getenv(helperEnv)]; ok {
 		os.Exit(helper())
 	}
+	stop, err := mmapper.start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the mmap helper:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	stop()
 	if minioServer != nil {
 		minioServer.Close()
 	}
