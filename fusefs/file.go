@@ -333,11 +333,12 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	}
 	key, kerr := n.linkedKey()
 	if kerr != nil {
-		// Every way a file loses its name marks it unlinked first; one
-		// that did not must still not be stored under a made-up key.
-		n.fsys.opts.Logger.Error("not uploading a file that has no name", "ino", n.StableAttr().Ino)
-		n.unlinked = true
-		return 0
+		// Unlinking and renaming over a file mark it unlinked first.
+		// Should one lose its name any other way, it is not stored under
+		// a name made up for it, and its writer hears so on every flush.
+		n.err, n.uploadErr = kerr, kerr
+		n.fsys.opts.Logger.Error("not uploading a file that lost its name; reporting EIO to the writer", "ino", n.StableAttr().Ino)
+		return syscall.EIO
 	}
 	a := n.attr
 	if !n.mtimeSet {
