@@ -283,6 +283,17 @@ func (x *exerciser) opMix() string {
 	return strings.Join(parts, ", ")
 }
 
+// onBoth runs op on the local directory and on the mount, fails unless
+// both ended alike, and returns how they ended.
+func (x *exerciser) onBoth(what string, op func(root string) error) error {
+	x.t.Helper()
+	errRef, errFS := op(x.ref), op(x.mnt)
+	if !sameErr(errRef, errFS) {
+		x.fail("%s: local %v, mount %v", what, errRef, errFS)
+	}
+	return errRef
+}
+
 // sameErr: both sides failed the same way, or neither did.
 func sameErr(a, b error) bool {
 	return errKind(a) == errKind(b)
@@ -486,12 +497,8 @@ func (x *exerciser) truncate() {
 	}
 	to := x.newSize(size)
 	x.note("truncate %s to %d", name, to)
-	errRef := os.Truncate(filepath.Join(x.ref, name), to)
-	errFS := os.Truncate(filepath.Join(x.mnt, name), to)
-	if !sameErr(errRef, errFS) {
-		x.fail("truncate %s: local %v, mount %v", name, errRef, errFS)
-	}
-	if errRef == nil && !x.isOpen(name) {
+	err := x.onBoth("truncate "+name, func(root string) error { return os.Truncate(filepath.Join(root, name), to) })
+	if err == nil && !x.isOpen(name) {
 		x.checkStored(name, "after truncate(2) of a closed file")
 	}
 }
@@ -526,12 +533,7 @@ func statText(fi os.FileInfo, err error) string {
 func (x *exerciser) rename() {
 	from, to := x.pickName(), x.pickName()
 	x.note("rename %s %s", from, to)
-	errRef := os.Rename(filepath.Join(x.ref, from), filepath.Join(x.ref, to))
-	errFS := os.Rename(filepath.Join(x.mnt, from), filepath.Join(x.mnt, to))
-	if !sameErr(errRef, errFS) {
-		x.fail("rename %s %s: local %v, mount %v", from, to, errRef, errFS)
-	}
-	if errRef != nil || from == to {
+	if x.onBoth("rename "+from+" "+to, renameIn(from, to)) != nil || from == to {
 		return
 	}
 	for _, h := range x.handles {
@@ -551,12 +553,7 @@ func (x *exerciser) rename() {
 func (x *exerciser) unlink() {
 	name := x.pickName()
 	x.note("unlink %s", name)
-	errRef := os.Remove(filepath.Join(x.ref, name))
-	errFS := os.Remove(filepath.Join(x.mnt, name))
-	if !sameErr(errRef, errFS) {
-		x.fail("unlink %s: local %v, mount %v", name, errRef, errFS)
-	}
-	if errRef != nil {
+	if x.onBoth("unlink "+name, func(root string) error { return unix.Unlink(filepath.Join(root, name)) }) != nil {
 		return
 	}
 	for _, h := range x.handles {
@@ -746,11 +743,7 @@ func (x *exerciser) chmod() {
 	name := x.pickName()
 	mode := []os.FileMode{0o600, 0o644, 0o755}[x.rng.Intn(3)]
 	x.note("chmod %s %o", name, mode)
-	errRef := os.Chmod(filepath.Join(x.ref, name), mode)
-	errFS := os.Chmod(filepath.Join(x.mnt, name), mode)
-	if !sameErr(errRef, errFS) {
-		x.fail("chmod %s: local %v, mount %v", name, errRef, errFS)
-	}
+	x.onBoth("chmod "+name, func(root string) error { return os.Chmod(filepath.Join(root, name), mode) })
 }
 
 func (x *exerciser) list() {
@@ -773,27 +766,22 @@ func (x *exerciser) list() {
 	}
 }
 
+func renameIn(from, to string) func(root string) error {
+	return func(root string) error { return os.Rename(filepath.Join(root, from), filepath.Join(root, to)) }
+}
+
 func (x *exerciser) pickDir() string { return exerciseDirs[x.rng.Intn(len(exerciseDirs))] }
 
 func (x *exerciser) mkdir() {
 	dir := x.pickDir()
 	x.note("mkdir %s", dir)
-	errRef := os.Mkdir(filepath.Join(x.ref, dir), 0o755)
-	errFS := os.Mkdir(filepath.Join(x.mnt, dir), 0o755)
-	if !sameErr(errRef, errFS) {
-		x.fail("mkdir %s: local %v, mount %v", dir, errRef, errFS)
-	}
+	x.onBoth("mkdir "+dir, func(root string) error { return os.Mkdir(filepath.Join(root, dir), 0o755) })
 }
 
 func (x *exerciser) rmdir() {
 	dir := x.pickDir()
 	x.note("rmdir %s", dir)
-	errRef := unix.Rmdir(filepath.Join(x.ref, dir))
-	errFS := unix.Rmdir(filepath.Join(x.mnt, dir))
-	if !sameErr(errRef, errFS) {
-		x.fail("rmdir %s: local %v, mount %v", dir, errRef, errFS)
-	}
-	if errRef == nil {
+	if x.onBoth("rmdir "+dir, func(root string) error { return unix.Rmdir(filepath.Join(root, dir)) }) == nil {
 		x.checkNoStrayKeys("after rmdir")
 	}
 }
@@ -803,12 +791,7 @@ func (x *exerciser) rmdir() {
 func (x *exerciser) renameDir() {
 	from, to := x.pickDir(), x.pickDir()
 	x.note("rename directory %s %s", from, to)
-	errRef := os.Rename(filepath.Join(x.ref, from), filepath.Join(x.ref, to))
-	errFS := os.Rename(filepath.Join(x.mnt, from), filepath.Join(x.mnt, to))
-	if !sameErr(errRef, errFS) {
-		x.fail("rename directory %s %s: local %v, mount %v", from, to, errRef, errFS)
-	}
-	if errRef != nil || from == to {
+	if x.onBoth("rename directory "+from+" "+to, renameIn(from, to)) != nil || from == to {
 		return
 	}
 	for _, h := range x.handles {

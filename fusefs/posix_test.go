@@ -508,14 +508,7 @@ func testAttrsChangedAfterListing(t *testing.T, st store.Store, _ string) {
 func testReadAfterUnlink(t *testing.T, st store.Store, dir string) {
 	p := filepath.Join(dir, "doomed")
 	writeFile(t, p, []byte("still here"))
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
+	f := openThenRemove(t, p)
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Fatalf("stat after unlink: %v", err)
 	}
@@ -527,6 +520,21 @@ func testReadAfterUnlink(t *testing.T, st store.Store, dir string) {
 	sameBytes(t, "read after unlink", b[:n], []byte("still here"))
 }
 
+// openThenRemove opens the file at p and removes it; the test's end
+// closes it.
+func openThenRemove(t *testing.T, p string) *os.File {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // testReadAfterUnlinkTooLarge: an open file too large to keep a local
 // copy of when it is removed cannot be read any more, and says so
 // (ESTALE) rather than reading as empty or as some other object.
@@ -534,15 +542,7 @@ func testReadAfterUnlinkTooLarge(t *testing.T, st store.Store, _ string) {
 	dir := mountFS(t, st, fusefs.Options{Prefix: "vol", StagingLimit: 4 << 20})
 	p := filepath.Join(dir, "big")
 	writeFile(t, p, randomBytes(2<<20)) // over a quarter of the staging limit
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
-	n, err := f.ReadAt(make([]byte, 4096), 0)
+	n, err := openThenRemove(t, p).ReadAt(make([]byte, 4096), 0)
 	wantErrno(t, fmt.Sprintf("read after unlink (%d bytes)", n), err, syscall.ESTALE)
 }
 
