@@ -125,8 +125,7 @@ type exerciser struct {
 	handles   []*twin
 	nextID    int
 	trace     []string
-	failed    bool
-	storeWait time.Duration
+	storeWait time.Duration // how long an async close may take to reach S3
 	// paranoid compares every open handle's whole content after each op,
 	// to find the first op where the two sides part.
 	paranoid bool
@@ -504,8 +503,7 @@ func (x *exerciser) truncate() {
 }
 
 func (x *exerciser) stat() {
-	if i, h := x.pickHandle(); h != nil && x.rng.Intn(2) == 0 {
-		_ = i
+	if _, h := x.pickHandle(); h != nil && x.rng.Intn(2) == 0 {
 		x.note("fstat handle %d (%s)", h.id, h.name)
 		a, errRef := h.ref.Stat()
 		b, errFS := h.fs.Stat()
