@@ -377,15 +377,17 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err := n.keepAlive(ctx); err != nil {
 		return errno(err)
 	}
+	var f *fileNode
 	if ch := n.GetChild(name); ch != nil {
-		if f, ok := ch.Operations().(*fileNode); ok {
-			if errno := f.unlink(ctx); errno != 0 {
-				return errno
-			}
+		if f, _ = ch.Operations().(*fileNode); f != nil {
+			f.keepForUnlink(ctx)
 		}
 	}
 	if err := n.fsys.store.Delete(ctx, n.key()+name); err != nil {
 		return errno(err)
+	}
+	if f != nil {
+		f.markUnlinked()
 	}
 	n.noteChild(name, nil)
 	return 0

@@ -210,7 +210,7 @@ func (x *exerciser) run(ops int) {
 	table := []op{
 		{12, x.open}, {30, x.write}, {15, x.read}, {10, x.close}, {5, x.fsync},
 		{5, x.ftruncate}, {4, x.truncate}, {6, x.stat}, {5, x.rename}, {4, x.unlink},
-		{4, x.readWhole}, {4, x.mmapWrite}, {2, x.chmod}, {2, x.list},
+		{4, x.readWhole}, {4, x.mmapWrite}, {2, x.chmod}, {2, x.fchmod}, {2, x.list},
 		{2, x.mkdir}, {2, x.rmdir}, {2, x.renameDir},
 	}
 	total := 0
@@ -636,7 +636,7 @@ var mmapper mmapHelper
 
 type mmapHelper struct {
 	mu   sync.Mutex
-	sock int // SOCK_SEQPACKET to the helper; -1 until started
+	sock int // SOCK_SEQPACKET to the helper; 0 until started
 }
 
 const mmapHeader = 17 // size and offset (8 bytes each), msync (1)
@@ -700,12 +700,14 @@ func serveMmaps() int {
 	const sock = 3
 	buf, oob := make([]byte, mmapHeader+smallWrite+1), make([]byte, unix.CmsgSpace(4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, 0)
+		n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, 0)
 		if err != nil || n == 0 {
 			return 0
 		}
 		reply := "ok"
-		if err := serveMmap(buf[:n], oob[:oobn]); err != nil {
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			reply = "request too large"
+		} else if err := serveMmap(buf[:n], oob[:oobn]); err != nil {
 			reply = err.Error()
 		}
 		if _, err := unix.Write(sock, []byte(reply)); err != nil {
@@ -720,11 +722,13 @@ func serveMmap(msg, oob []byte) error {
 		return fmt.Errorf("no file sent (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
+	for _, fd := range fds {
+		defer unix.Close(fd)
+	}
 	if err != nil || len(fds) != 1 || len(msg) < mmapHeader {
 		return fmt.Errorf("bad request (%v)", err)
 	}
 	f := os.NewFile(uintptr(fds[0]), "mapped")
-	defer f.Close()
 	size, off := int64(binary.LittleEndian.Uint64(msg[0:])), int64(binary.LittleEndian.Uint64(msg[8:]))
 	return mmapWrite(f, size, off, msg[mmapHeader:], msg[16] == 1)
 }
@@ -742,6 +746,24 @@ func (x *exerciser) chmod() {
 	mode := []os.FileMode{0o600, 0o644, 0o755}[x.rng.Intn(3)]
 	x.note("chmod %s %o", name, mode)
 	x.onBoth("chmod "+name, func(root string) error { return os.Chmod(filepath.Join(root, name), mode) })
+}
+
+// fchmod changes a mode through a handle, whose file may have no name
+// any more.
+func (x *exerciser) fchmod() {
+	_, h := x.pickHandle()
+	if h == nil {
+		return
+	}
+	mode := []os.FileMode{0o600, 0o644, 0o755}[x.rng.Intn(3)]
+	x.note("fchmod handle %d (%s) %o", h.id, h.name, mode)
+	errRef, errFS := h.ref.Chmod(mode), h.fs.Chmod(mode)
+	if !sameErr(errRef, errFS) {
+		x.fail("fchmod handle %d: local %v, mount %v", h.id, errRef, errFS)
+	}
+	if errRef == nil && h.name == "" {
+		x.checkNoStrayKeys("after fchmod of a file without a name")
+	}
 }
 
 func (x *exerciser) list() {
@@ -900,8 +922,12 @@ func (x *exerciser) checkNoStrayKeys(when string) {
 		if slices.Contains(exerciseDirs, dir) && !x.localDir(dir) {
 			x.fail("%s: S3 holds %q, but directory %s was removed", when, e.Key, dir)
 		}
-		if !slices.Contains(exerciseNames, key) && !slices.Contains(exerciseDirs, strings.TrimSuffix(key, "/")) {
+		switch {
+		case slices.Contains(exerciseDirs, strings.TrimSuffix(key, "/")):
+		case !slices.Contains(exerciseNames, key):
 			x.fail("%s: S3 holds a key no one made: %q", when, e.Key)
+		case !x.exists(key):
+			x.fail("%s: S3 holds %q, which no longer exists", when, e.Key)
 		}
 	}
 }

@@ -97,7 +97,7 @@ func (n *fileNode) isLocal() bool {
 func (n *fileNode) refresh(a attrs) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.local() {
+	if n.local() || n.unlinked {
 		return
 	}
 	n.attr, n.attrAt, n.stored = a, time.Now(), true
@@ -421,9 +421,12 @@ func (n *fileNode) release(writable bool) {
 	n.err = nil
 }
 
-// unlink is called before the object is deleted. Open handles keep
-// reading the content from a local copy, as POSIX promises.
-func (n *fileNode) unlink(ctx context.Context) syscall.Errno {
+// keepForUnlink is called before the object is deleted or replaced:
+// open handles keep reading the content from a local copy, as POSIX
+// promises. The file is marked unlinked only once S3 agrees
+// (markUnlinked): should the delete fail, it is still the file at its
+// name, and what is written to it is still uploaded.
+func (n *fileNode) keepForUnlink(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.opens > 0 && !n.local() && n.stored && n.attr.size <= n.fsys.opts.StagingLimit/4 {
@@ -437,11 +440,17 @@ func (n *fileNode) unlink(ctx context.Context) syscall.Errno {
 			n.dropLocal()
 		}
 	}
+}
+
+// markUnlinked records that the file has no name any more: nothing of it
+// is uploaded from now on.
+func (n *fileNode) markUnlinked() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.opens == 0 {
 		n.dropLocal()
 	}
 	n.unlinked, n.stored, n.dirty = true, false, false
-	return 0
 }
 
 func toErrno(err error) syscall.Errno {

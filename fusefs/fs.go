@@ -200,11 +200,20 @@ func walkFiles(in *fs.Inode, fn func(*fileNode)) {
 	}
 }
 
-// keyOf is the object key of the node at path p below the root.
+// keyOf is the object key of the node at path p below the root. A node
+// no longer linked under the root has none; it gets one no file can have
+// (a "//" segment, which the mount hides, and MinIO refuses), so that
+// whatever still asks the store about it finds nothing, and changes
+// nothing of anyone's.
 func (f *FS) keyOf(in *fs.Inode) string {
-	p, _ := f.pathOf(in)
+	p, linked := f.pathOf(in)
+	if !linked {
+		return f.opts.Prefix + orphanKey
+	}
 	return f.opts.Prefix + p
 }
+
+const orphanKey = "/objfuse-unlinked/"
 
 // pathOf is in's path below the root, and false for a node no longer
 // linked under it (unlinked, or replaced by a rename): such a node has no

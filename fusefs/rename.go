@@ -75,16 +75,18 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		// A file the rename replaces is unlinked like one removed: its
 		// open handles keep its content (read before the copy overwrites
 		// it), and nothing they write is uploaded under any name.
-		if ch := dst.GetChild(newName); ch != nil {
-			if f, ok := ch.Operations().(*fileNode); ok && ch != n.GetChild(name) {
-				if errno := f.unlink(ctx); errno != 0 {
-					return errno
-				}
+		var replaced *fileNode
+		if ch := dst.GetChild(newName); ch != nil && ch != n.GetChild(name) {
+			if replaced, _ = ch.Operations().(*fileNode); replaced != nil {
+				replaced.keepForUnlink(ctx)
 			}
 		}
 		o, err := n.fsys.store.Copy(ctx, srcKey, dstKey, nil)
 		if err != nil {
 			return errno(err)
+		}
+		if replaced != nil {
+			replaced.markUnlinked()
 		}
 		if err := n.fsys.store.Delete(ctx, srcKey); err != nil {
 			return errno(err)

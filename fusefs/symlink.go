@@ -86,7 +86,7 @@ func (n *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.Se
 		if err != nil {
 			return errno(err)
 		}
-		o.Metadata = a.metadata()
+		o.Key, o.Size, o.Metadata = key, a.size, a.metadata() // a copy's reply carries neither
 		noteInParent(&n.Inode, dirEntry{obj: o})
 	}
 	n.mu.Lock()
