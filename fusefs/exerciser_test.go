@@ -861,17 +861,12 @@ func (x *exerciser) checkStored(name, when string) {
 	if err != nil {
 		x.fail("read local %s: %v", name, err)
 	}
-	deadline := time.Now().Add(x.storeWait)
-	for {
+	stored := pollUntil(x.storeWait, func() bool {
 		got, err := x.storedBytes(name)
-		if err == nil && bytes.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			x.checkStoredNow(name, when+fmt.Sprintf(" (waited %v)", x.storeWait))
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && bytes.Equal(got, want)
+	})
+	if !stored {
+		x.checkStoredNow(name, when+fmt.Sprintf(" (waited %v)", x.storeWait))
 	}
 }
 
@@ -936,16 +931,13 @@ func (x *exerciser) checkNoStrayKeys(when string) {
 // pending upload of the file's old name may land first).
 func (x *exerciser) checkGone(name, when string) {
 	x.t.Helper()
-	deadline := time.Now().Add(x.storeWait)
-	for {
-		_, err := x.storedBytes(name)
-		if errors.Is(err, store.ErrNotExist) {
-			return
-		}
-		if time.Now().After(deadline) {
-			x.fail("%s: S3 still has %s (%v)", when, name, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	gone := pollUntil(x.storeWait, func() bool {
+		_, err = x.storedBytes(name)
+		return errors.Is(err, store.ErrNotExist)
+	})
+	if !gone {
+		x.fail("%s: S3 still has %s (%v)", when, name, err)
 	}
 }
 
