@@ -374,24 +374,8 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	n.fsys.stats.Uploads.Add(1)
 	n.attr, n.attrAt = a, time.Now()
 	n.stored, n.dirty, n.mtimeSet = true, false, false
-	if p := n.parentDir(); p != nil {
-		p.noteChild(n.name(), &dirEntry{name: n.name(), obj: objectFor(key, a)})
-	}
+	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 	return 0
-}
-
-func (n *fileNode) parentDir() *dirNode {
-	_, p := n.Parent()
-	if p == nil {
-		return nil
-	}
-	d, _ := p.Operations().(*dirNode)
-	return d
-}
-
-func (n *fileNode) name() string {
-	name, _ := n.Parent()
-	return name
 }
 
 // release ends one open. The last close drops local content: anything not
