@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,64 @@ func TestAsyncUploadsOutlastAnOutage(t *testing.T) {
 	}
 	if h := f.Health(); h.LostUploads != 0 || h.Problem != nil {
 		t.Fatalf("health after the outage: %+v", h)
+	}
+}
+
+// TestStopByReportsWhatItCannotUpload: a mounter told to stop (its pod
+// deleted) during an outage. Closes from then on wait for their upload,
+// and uploads after earlier asynchronous closes, still retrying, are cut
+// at the stop deadline and reported lost, instead of dying unannounced
+// with the process minutes before their own deadline.
+func TestStopByReportsWhatItCannotUpload(t *testing.T) {
+	srv := miniotest.Start(t)
+	st, err := s3store.New(srv.Config(), srv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	open := map[string]*os.File{}
+	for name, size := range map[string]int{"early": 4096, "large": 12 << 20, "late": 4096} {
+		h, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write(randomBytes(size)); err != nil {
+			t.Fatal(err)
+		}
+		open[name] = h
+	}
+	srv.Stop()
+	for _, name := range []string{"early", "large"} {
+		if err := open[name].Close(); err != nil {
+			t.Fatalf("asynchronous close of %s: %v", name, err)
+		}
+	}
+
+	far := time.Now().Add(time.Hour)
+	f.StopBy(far)
+	if err := open["late"].Close(); err == nil {
+		t.Fatal("a close after StopBy returned before its upload, with S3 down")
+	}
+	if h := f.Health(); h.LostUploads != 0 {
+		t.Fatalf("uploads reported lost before the stop deadline: %+v", h)
+	}
+
+	soon := time.Now().Add(2 * time.Second)
+	f.StopBy(soon)
+	f.StopBy(far) // too late: a deadline is only brought forward
+	if d, ok := f.StopDeadline(); !ok || !d.Equal(soon) {
+		t.Fatalf("stop deadline %v (%v), want %v", d, ok, soon)
+	}
+	eventually(t, 30*time.Second, "both asynchronous uploads reported lost", func() bool {
+		return f.Health().LostUploads == 2
+	})
+	if last := f.Health().LastLostUpload; !strings.Contains(last, fusefs.ErrStopped.Error()) {
+		t.Fatalf("lost upload reported as %q, want the stop named", last)
+	}
+	srv.Restart()
+	for _, name := range []string{"early", "large", "late"} {
+		if _, err := st.Head(context.Background(), name); !errors.Is(err, store.ErrNotExist) {
+			t.Fatalf("%s after the stop: %v, want it absent", name, err)
+		}
 	}
 }

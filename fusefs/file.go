@@ -318,7 +318,7 @@ func (n *fileNode) sync(ctx context.Context) syscall.Errno {
 // syncLocked makes the object equal the local content. A failure is EIO
 // to the caller and leaves the previous object as it was.
 func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
-	ctx, cancel := uninterruptibleUntilDeadline(ctx)
+	ctx, cancel := n.fsys.uploadContext(ctx)
 	defer cancel()
 	if n.err != nil {
 		return syscall.EIO
@@ -366,6 +366,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		}
 	}
 	if err != nil {
+		err = stoppedError(ctx, err)
 		n.uploadErr = err
 		n.fsys.stats.UploadErrors.Add(1)
 		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)

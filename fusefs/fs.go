@@ -58,6 +58,8 @@ type FS struct {
 	// lostUpload describes the latest upload after an asynchronous close
 	// that failed (Health).
 	lostUpload atomic.Pointer[string]
+
+	stopping stopState
 }
 
 // Stats are the filesystem's counters, exported as metrics.
@@ -96,6 +98,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
 	f.reorderWait = reorderWait
+	f.stopping.init()
 	f.maxParts = store.MaxParts
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true

@@ -144,7 +144,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.writable {
 		return 0
 	}
-	if h.node.fsys.opts.AsyncClose {
+	if h.node.fsys.asyncClose() {
 		// The upload happens on RELEASE, which the kernel sends after
 		// close(2) has returned; only an earlier failure is reported now.
 		n := h.node

@@ -260,9 +260,9 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 		// deadline of an upload no writer waits for (see syncLocked).
 		// With AsyncClose none does: a part that fails while the file is
 		// written is only heard of after close(2) returned.
-		pctx, cancel := uninterruptibleUntilDeadline(ctx)
+		pctx, cancel := s.fsys.uploadContext(ctx)
 		defer cancel()
-		if _, ok := pctx.Deadline(); !ok && s.fsys.opts.AsyncClose {
+		if _, ok := pctx.Deadline(); !ok && s.fsys.asyncClose() {
 			pctx, cancel = context.WithTimeout(pctx, asyncUploadTimeout)
 			defer cancel()
 		}

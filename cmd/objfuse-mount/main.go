@@ -67,7 +67,7 @@ secretAccessKey and optionally sessionToken) or from the AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN environment variables.
 Before mounting it checks the endpoint, the credentials and the bucket,
 and exits 1 with the reason if any is wrong. On SIGINT or SIGTERM it
-uploads pending writes, unmounts and exits 0.
+uploads pending writes (for up to --drain-timeout), unmounts and exits 0.
 
 Flags:
 `)
@@ -104,6 +104,7 @@ Flags:
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
+	fl.DurationVar(&c.DrainTimeout, "drain-timeout", runtime.DefaultDrainTimeout, "after SIGTERM or SIGINT, how long pending uploads may take; what is not uploaded by then is reported lost (a mounter pod gets its grace period less 10 s)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this host:port (and /debug/pprof/ when it is a loopback address)")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
 	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")

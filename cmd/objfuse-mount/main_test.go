@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,34 +194,73 @@ func TestDetach(t *testing.T) {
 
 // TestHandoff runs the mounter pod's protocol: a privileged caller mounts
 // /dev/fuse and hands the handle over; the mounter serves it.
-func TestHandoff(t *testing.T) {
-	srv := miniotest.Start(t)
-	bucket := srv.Bucket()
+// handoffMounter is objfuse-mount in mounter pod mode, as a test runs it.
+type handoffMounter struct {
+	cmd       *exec.Cmd
+	sock, mnt string
+	bucket    string
+	exited    chan error
+}
+
+// startHandoff starts a mounter for srv's bucket and waits for its socket.
+func startHandoff(t *testing.T, srv *miniotest.Server, flags ...string) *handoffMounter {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, handoff.SocketName)
-	mnt := filepath.Join(dir, handoff.MountDirName)
-	os.Mkdir(mnt, 0o755)
-	cmd := exec.Command(binary, "--handoff", sock, "--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir, bucket)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	m := &handoffMounter{sock: filepath.Join(dir, handoff.SocketName), mnt: filepath.Join(dir, handoff.MountDirName), bucket: srv.Bucket(), exited: make(chan error, 1)}
+	os.Mkdir(m.mnt, 0o755)
+	args := append([]string{"--handoff", m.sock, "--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir}, flags...)
+	m.cmd = exec.Command(binary, append(args, m.bucket)...)
+	m.cmd.Stderr = os.Stderr
+	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	ctx := context.Background()
+	go func() { m.exited <- m.cmd.Wait() }()
+	t.Cleanup(func() { m.cmd.Process.Kill(); syscall.Unmount(m.mnt, syscall.MNT_DETACH) })
 	waitFor(t, "the socket", func() bool {
-		return exec.Command(binary, "--probe", sock).Run() == nil
+		return exec.Command(binary, "--probe", m.sock).Run() == nil
 	})
-	fd, err := handoff.MountFUSE(mnt, "objfuse:"+bucket, false)
+	return m
+}
+
+// serve mounts FUSE at m.mnt and hands the handle over, as NodeStage does.
+func (m *handoffMounter) serve(t *testing.T) {
+	fd, err := handoff.MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpServe}, fd)
+	rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpServe}, fd)
 	syscall.Close(fd)
 	if err != nil || !rep.Serving {
 		t.Fatalf("serve: %+v %v", rep, err)
 	}
+}
+
+// release uploads and lets the mount go, as NodeUnstage does.
+func (m *handoffMounter) release(t *testing.T) {
+	if _, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpExit}, -1); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := syscall.Unmount(m.mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exit waits for the mounter to exit by itself and returns its error.
+func (m *handoffMounter) exit(t *testing.T, within time.Duration) error {
+	select {
+	case err := <-m.exited:
+		return err
+	case <-time.After(within):
+		t.Fatalf("mounter did not exit within %v", within)
+		return nil
+	}
+}
+
+func TestHandoff(t *testing.T) {
+	srv := miniotest.Start(t)
+	m := startHandoff(t, srv)
+	sock, mnt := m.sock, m.mnt
+	ctx := context.Background()
+	m.serve(t)
 	if err := os.WriteFile(filepath.Join(mnt, "through-handoff"), []byte("ok"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -234,46 +274,99 @@ func TestHandoff(t *testing.T) {
 	// As NodeUnstage does: release (after uploading), then unmount. The
 	// mounter then waits for a new handle, as for a pod staged again on
 	// this node, and serves it with the data still there.
-	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpExit}, -1); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	if err := syscall.Unmount(mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	m.release(t)
 	waitFor(t, "the mounter to wait for a new handle", func() bool {
 		rep, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpStatus}, -1)
 		return err == nil && !rep.Serving
 	})
-	fd, err = handoff.MountFUSE(mnt, "objfuse:"+bucket, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpServe}, fd)
-	syscall.Close(fd)
-	if err != nil {
-		t.Fatalf("serve again: %v", err)
-	}
+	m.serve(t)
 	if b, err := os.ReadFile(filepath.Join(mnt, "through-handoff")); err != nil || string(b) != "ok" {
 		t.Fatalf("read back after re-serving: %q %v", b, err)
 	}
-	if _, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpExit}, -1); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	if err := syscall.Unmount(mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	m.release(t)
 	// Its pod deleted (SIGTERM) while not serving: a clean exit.
 	waitFor(t, "the mounter to be released", func() bool {
 		rep, err := handoff.Call(ctx, sock, handoff.Request{Op: handoff.OpStatus}, -1)
 		return err == nil && !rep.Serving
 	})
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("mounter exit: %v", err)
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	if err := m.exit(t, 20*time.Second); err != nil {
+		t.Fatalf("mounter exit: %v", err)
+	}
+}
+
+// TestHandoffSignalWhileServing: the mounter pod is deleted while a pod
+// still uses the volume. The mounter keeps serving, closes wait for their
+// upload from then on (with --async-close too), and once NodeUnstage
+// releases it, it exits rather than waiting for a handle that will not come.
+func TestHandoffSignalWhileServing(t *testing.T) {
+	srv := miniotest.Start(t)
+	m := startHandoff(t, srv, "--async-close")
+	m.serve(t)
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	m.waitStopping(t)
+	if err := os.WriteFile(filepath.Join(m.mnt, "after-signal"), []byte("kept"), 0o644); err != nil {
+		t.Fatalf("write after the signal: %v", err)
+	}
+	// No waiting: the close returned once the object was stored.
+	got, err := srv.Client().GetObject(context.Background(), m.bucket, "after-signal", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if b, err := io.ReadAll(got); err != nil || string(b) != "kept" {
+		t.Fatalf("after-signal in S3 when its close returned: %q %v", b, err)
+	}
+	m.release(t)
+	if err := m.exit(t, 20*time.Second); err != nil {
+		t.Fatalf("mounter exit after release: %v", err)
+	}
+}
+
+// waitStopping waits until the mounter says it handled its signal.
+func (m *handoffMounter) waitStopping(t *testing.T) {
+	waitFor(t, "the mounter to be stopping", func() bool {
+		rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1)
+		return err == nil && rep.Stopping
+	})
+}
+
+// TestHandoffSignalDuringAnOutage: deleted during an S3 outage, a mounter
+// cannot upload what was closed asynchronously. At its drain timeout it
+// reports those files lost, where the node plugin asks, and exits
+// non-zero on its own, before the kubelet would kill it unannounced.
+func TestHandoffSignalDuringAnOutage(t *testing.T) {
+	srv := miniotest.Start(t)
+	m := startHandoff(t, srv, "--async-close", "--drain-timeout=2s")
+	m.serve(t)
+	h, err := os.Create(filepath.Join(m.mnt, "pending"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Write([]byte("not yet in S3")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if err := h.Close(); err != nil {
+		t.Fatalf("asynchronous close: %v", err)
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	m.waitStopping(t)
+	if err := os.WriteFile(filepath.Join(m.mnt, "late"), []byte("x"), 0o644); err == nil {
+		t.Fatal("a close after the signal returned before its upload, with S3 down")
+	}
+	var lost *handoff.Health
+	waitFor(t, "the upload reported lost", func() bool {
+		rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1)
+		if err == nil && rep.Health != nil && rep.Health.LostUploads > 0 {
+			lost = rep.Health
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("mounter did not exit")
+		return lost != nil
+	})
+	if lost.LostUploads != 1 || !strings.Contains(lost.LastLostUpload, "pending") || !strings.Contains(lost.LastLostUpload, "stopped") {
+		t.Fatalf("lost uploads %+v, want the one file, stopped", lost)
+	}
+	if err := m.exit(t, 30*time.Second); err == nil {
+		t.Fatal("mounter exited 0 with an upload lost")
 	}
 }

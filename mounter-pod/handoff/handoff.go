@@ -55,6 +55,9 @@ type Reply struct {
 	// Health, in answer to OpStatus, is what the mount's users must be
 	// told (fusefs.Health); nil when all is well.
 	Health *Health `json:"health,omitempty"`
+	// Stopping, in answer to OpStatus: the mounter was told to stop
+	// (SIGTERM) and serves only until released or its drain timeout.
+	Stopping bool `json:"stopping,omitempty"`
 }
 
 // Health is fusefs.Health on the wire.

@@ -28,7 +28,18 @@ type Config struct {
 	ReadaheadKiB int
 	// CheckTimeout bounds the start-up check of endpoint, credentials and bucket.
 	CheckTimeout time.Duration
+	// DrainTimeout bounds uploads after SIGTERM or SIGINT. A mounter pod
+	// gets its grace period less a margin; what is not uploaded by then
+	// is reported lost rather than killed with the process.
+	DrainTimeout time.Duration
 	Logger       *slog.Logger
+}
+
+func (c Config) drainTimeout() time.Duration {
+	if c.DrainTimeout <= 0 {
+		return DefaultDrainTimeout
+	}
+	return c.DrainTimeout
 }
 
 // ParseSource splits "bucket[/prefix]".

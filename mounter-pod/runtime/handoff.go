@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -22,9 +23,12 @@ const TerminationLog = "/dev/termination-log"
 
 // RunHandoff is the mounter pod's main loop: check the bucket, listen on
 // socket, serve the FUSE handle the node plugin sends, and exit when told
-// to (after NodeUnstage) or when the connection ends. SIGTERM flushes but
-// keeps serving: the pod may be deleted while a user pod still writes,
-// and exiting would break its mount.
+// to (after NodeUnstage) or when the connection ends. SIGTERM (the pod
+// deleted or evicted) keeps serving, as a user pod may still write and
+// exiting would break its mount, but stops acknowledging what could be
+// lost: closes wait for their upload from then on, and what is still not
+// uploaded at cfg.DrainTimeout is reported lost (fusefs.FS.StopBy). The
+// mounter exits once released, or at that deadline.
 func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	f, err := cfg.Open(ctx)
 	if err != nil {
@@ -55,9 +59,17 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	var stopping bool
+	var stopAt <-chan time.Time // after a signal: the drain's deadline
+	var lostBefore int64        // uploads lost before the signal
+	var reporting bool          // past the deadline, waiting for the node to see what was lost
 	for {
 		select {
 		case <-m.ended():
+			if stopping && m.wasReleased() {
+				cfg.Logger.Info("released after a signal; exiting")
+				return nil
+			}
 			if m.wasReleased() {
 				// NodeUnstage: uploaded, then unmounted. Wait for the
 				// next NodeStage on this node, with a fresh filesystem
@@ -87,10 +99,32 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 				cfg.Logger.Info("signal while not serving; exiting", "signal", sig.String())
 				return nil
 			}
-			cfg.Logger.Info("signal; uploading pending writes, serving until released", "signal", sig.String())
-			if err := m.flush(); err != nil {
+			if stopping {
+				continue
+			}
+			stopping = true
+			deadline := time.Now().Add(cfg.drainTimeout())
+			lostBefore = m.current().Health().LostUploads
+			m.current().StopBy(deadline)
+			stopAt = time.After(time.Until(deadline))
+			cfg.Logger.Info("signal; closes wait for their upload from now on, pending uploads have until the deadline; serving until released",
+				"signal", sig.String(), "deadline", deadline.Format(time.RFC3339))
+			if err := m.flushBy(deadline); err != nil {
 				cfg.Logger.Error("flush on signal", "err", err)
 			}
+		case <-stopAt:
+			// The pod's grace period is about to end. Uploads still
+			// running were cut at the deadline; give the node plugin
+			// (asking every 5 s) time to tell the pods what was lost.
+			lost := m.current().Health().LostUploads - lostBefore
+			if lost > 0 && !reporting {
+				cfg.Logger.Error("uploads not finished when told to stop; their files are not in S3", "files", lost, "latest", m.current().Health().LastLostUpload)
+				reporting, stopAt = true, time.After(reportWindow)
+				continue
+			}
+			err := fmt.Errorf("stopped by a signal while still serving; %d upload(s) not finished were reported lost", lost)
+			writeTerminationLog(err)
+			return err
 		case <-ctx.Done():
 			return m.flush()
 		}
@@ -141,10 +175,18 @@ func (m *mounter) ended() <-chan struct{} {
 }
 
 func (m *mounter) flush() error {
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	return m.flushBy(time.Now().Add(DefaultDrainTimeout))
+}
+
+func (m *mounter) flushBy(deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	return m.current().Flush(ctx)
 }
+
+// reportWindow is how long a mounter stays after its stop deadline when
+// uploads were lost: the node plugin asks every 5 s, and tells the pods.
+const reportWindow = 7 * time.Second
 
 func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 	src := m.cfg.Source()
@@ -153,7 +195,8 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		if fd >= 0 {
 			syscall.Close(fd)
 		}
-		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src, Health: wireHealth(m.current().Health())}
+		_, stopping := m.current().StopDeadline()
+		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src, Health: wireHealth(m.current().Health()), Stopping: stopping}
 	case handoff.OpExit:
 		if fd >= 0 {
 			syscall.Close(fd)

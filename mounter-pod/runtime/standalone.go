@@ -15,8 +15,9 @@ import (
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
-// drainTimeout bounds the flush of pending uploads at exit.
-const drainTimeout = 5 * time.Minute
+// DefaultDrainTimeout bounds the uploads still pending at exit, and
+// those NodeUnstage waits for.
+const DefaultDrainTimeout = 5 * time.Minute
 
 // RunMount mounts the volume at mountpoint and serves it until SIGINT or
 // SIGTERM (then it uploads what is pending, unmounts and returns nil) or
@@ -73,7 +74,9 @@ func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(err
 		cfg.Logger.Info("signal; uploading pending writes and unmounting", "signal", sig.String())
 	case <-ctx.Done():
 	}
-	fctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	deadline := time.Now().Add(cfg.drainTimeout())
+	f.StopBy(deadline)
+	fctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	flushErr := f.Flush(fctx)
 	if err := unmount(srv, mountpoint); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -107,6 +108,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 		grace = ptr.To[int64](60)
 	}
 	args := m.Args(SocketPath, CredentialsDir, StagingDir)
+	args = beforeSource(args, "--drain-timeout="+drainTimeout(*grace).String())
 	if limit, bounded, err := t.stagingLimitMiB(res, m); err != nil {
 		return nil, err
 	} else if bounded {
@@ -299,4 +301,15 @@ func nodeLabel(node string) string {
 		return node
 	}
 	return "node-" + volume.Key(node)
+}
+
+// drainTimeout is how long a mounter whose pod is deleted gives pending
+// uploads: its grace period less the time to report what was not
+// uploaded (the node plugin asks every 5 s) before the kubelet kills it.
+func drainTimeout(graceSeconds int64) time.Duration {
+	grace := time.Duration(graceSeconds) * time.Second
+	if grace > 20*time.Second {
+		return grace - 10*time.Second
+	}
+	return max(grace/2, time.Second)
 }

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
@@ -39,8 +40,10 @@ func TestMounterPodMetrics(t *testing.T) {
 			if last := c.Args[len(c.Args)-1]; last != m.Volume.Source() {
 				t.Errorf("last argument %q, want the source %q", last, m.Volume.Source())
 			}
-			if want := m.Args(spec.SocketPath, spec.CredentialsDir, spec.StagingDir); !tc.want && !slices.Equal(c.Args, want) {
-				t.Errorf("args %q, want %q", c.Args, want)
+			// Every pod's mounter is told its drain timeout (TestMounterDrainTimeout).
+			args := slices.DeleteFunc(slices.Clone(c.Args), func(a string) bool { return strings.HasPrefix(a, "--drain-timeout=") })
+			if want := m.Args(spec.SocketPath, spec.CredentialsDir, spec.StagingDir); !tc.want && !slices.Equal(args, want) {
+				t.Errorf("args %q, want %q", args, want)
 			}
 			served := slices.Contains(c.Args, "--metrics-addr=:9810")
 			ported := len(c.Ports) == 1 && c.Ports[0].Name == "metrics" && c.Ports[0].ContainerPort == spec.MetricsPort
@@ -105,6 +108,39 @@ func TestMounterStagingLimit(t *testing.T) {
 			}
 			if got != tc.wantFlag {
 				t.Fatalf("staging flag %q, want %q (args %q)", got, tc.wantFlag, args)
+			}
+			if last := args[len(args)-1]; last != m.Volume.Source() {
+				t.Errorf("last argument %q, want the source %q", last, m.Volume.Source())
+			}
+		})
+	}
+}
+
+// TestMounterDrainTimeout: a deleted mounter's pending uploads get the
+// pod's grace period less the time to report what they could not upload.
+func TestMounterDrainTimeout(t *testing.T) {
+	tests := []struct {
+		name  string
+		grace *int64
+		want  string
+	}{
+		{name: "default grace", want: "--drain-timeout=50s"},
+		{name: "long grace", grace: ptr.To[int64](330), want: "--drain-timeout=5m20s"},
+		{name: "short grace", grace: ptr.To[int64](10), want: "--drain-timeout=5s"},
+		{name: "no grace", grace: ptr.To[int64](0), want: "--drain-timeout=1s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := spec.Mounter{VolumeID: "v", NodeID: "n", Volume: volume.Volume{
+				ID: volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1"}, Bucket: "bucket-1"},
+			}}
+			pod, err := spec.Template{Image: "i", TerminationGracePeriodSeconds: tc.grace}.Pod(m, "ns", "host")
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := pod.Spec.Containers[0].Args
+			if !slices.Contains(args, tc.want) {
+				t.Fatalf("args %q, want %q", args, tc.want)
 			}
 			if last := args[len(args)-1]; last != m.Volume.Source() {
 				t.Errorf("last argument %q, want the source %q", last, m.Volume.Source())
