@@ -363,8 +363,8 @@ func TestHandoffSignalDuringAnOutage(t *testing.T) {
 		}
 		return lost != nil
 	})
-	if lost.LostUploads != 1 || !strings.Contains(lost.LastLostUpload, "pending") || !strings.Contains(lost.LastLostUpload, "stopped") {
-		t.Fatalf("lost uploads %+v, want the one file, stopped", lost)
+	if lost.LostUploads != 1 || !strings.Contains(lost.LastLostUpload, "pending") || !strings.Contains(lost.LastLostUpload, "told to stop") {
+		t.Fatalf("lost uploads %+v, want the one file, naming the stop", lost)
 	}
 	if err := m.exit(t, 30*time.Second); err == nil {
 		t.Fatal("mounter exited 0 with an upload lost")

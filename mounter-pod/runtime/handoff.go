@@ -113,16 +113,24 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 				cfg.Logger.Error("flush on signal", "err", err)
 			}
 		case <-stopAt:
-			// The pod's grace period is about to end. Uploads still
-			// running were cut at the deadline; give the node plugin
-			// (asking every 5 s) time to tell the pods what was lost.
+			// The pod's grace period is about to end, and uploads still
+			// running are being cut. A flush past the deadline waits
+			// for each to be recorded (it takes each file's lock, which
+			// an upload holds). Then give the node plugin (asking every
+			// 5 s) time to tell the pods what was lost.
+			if !reporting {
+				m.flushBy(time.Now())
+			}
 			lost := m.current().Health().LostUploads - lostBefore
 			if lost > 0 && !reporting {
 				cfg.Logger.Error("uploads not finished when told to stop; their files are not in S3", "files", lost, "latest", m.current().Health().LastLostUpload)
 				reporting, stopAt = true, time.After(reportWindow)
 				continue
 			}
-			err := fmt.Errorf("stopped by a signal while still serving; %d upload(s) not finished were reported lost", lost)
+			err := fmt.Errorf("told to stop by a signal, and not released by the end of the drain timeout (%v)", cfg.drainTimeout())
+			if lost > 0 {
+				err = fmt.Errorf("%w; %d file(s) not uploaded by then were reported lost", err, lost)
+			}
 			writeTerminationLog(err)
 			return err
 		case <-ctx.Done():
