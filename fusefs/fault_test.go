@@ -192,4 +192,11 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 			t.Fatalf("%s after the stop: %v, want it absent", name, err)
 		}
 	}
+	// The deadline cut what ran then, not what comes after: a mount still
+	// serving (released late) stores what is closed, durably.
+	want := randomBytes(4096)
+	if err := os.WriteFile(filepath.Join(dir, "after"), want, 0o644); err != nil {
+		t.Fatalf("write after the deadline: %v", err)
+	}
+	sameBytes(t, "after", stored(t, st, "after"), want)
 }

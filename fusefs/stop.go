@@ -15,28 +15,38 @@ var ErrStopped = errors.New("the mounter was told to stop (SIGTERM: its pod dele
 // stopState is what StopBy changes: an FS that is to stop keeps serving,
 // but acknowledges nothing it could not keep.
 type stopState struct {
-	// stopped ends, with ErrStopped as its cause, at the stop deadline.
-	stopped context.Context
-	stop    context.CancelCauseFunc
-	mu      sync.Mutex
-	// deadline is when stopped ends; zero until StopBy.
+	mu sync.Mutex
+	// deadline is StopBy's; zero before.
 	deadline time.Time
 	timer    *time.Timer
+	// cut ends, with ErrStopped as its cause, at the deadline: the
+	// uploads running then end with it. Uploads started later get a new
+	// one: by then every close waits for its upload, so they cannot be
+	// lost unannounced, and a mount still serving after its deadline
+	// (released late, or a signal no kill follows) goes on working.
+	cut    context.Context
+	cutAll context.CancelCauseFunc
 }
 
 func (s *stopState) init() {
-	s.stopped, s.stop = context.WithCancelCause(context.Background())
+	s.cut, s.cutAll = context.WithCancelCause(context.Background())
+}
+
+// current is the context whose end cuts an upload starting now.
+func (s *stopState) current() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut
 }
 
 // StopBy readies the filesystem for its process's end at deadline (a
 // pod's grace period): from now on close(2) waits for its upload even
 // with AsyncClose, since a close acknowledged now could not be uploaded
-// after the process is gone; and at deadline every upload still running
-// (uploads after earlier asynchronous closes, retrying an endpoint that
-// does not answer) fails with ErrStopped, and is reported in Health as
-// lost, rather than vanishing with the process unannounced. The mount
-// keeps serving meanwhile. A later call can only bring the deadline
-// forward.
+// after the process is gone; and at deadline the uploads still running
+// (after earlier asynchronous closes, retrying an endpoint that does not
+// answer) fail with ErrStopped and are reported in Health as lost, rather
+// than vanishing with the process unannounced. The mount keeps serving.
+// A later call can only bring the deadline forward.
 func (f *FS) StopBy(deadline time.Time) {
 	s := &f.stopping
 	s.mu.Lock()
@@ -48,7 +58,12 @@ func (f *FS) StopBy(deadline time.Time) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	s.timer = time.AfterFunc(time.Until(deadline), func() { s.stop(ErrStopped) })
+	s.timer = time.AfterFunc(time.Until(deadline), func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cutAll(ErrStopped)
+		s.cut, s.cutAll = context.WithCancelCause(context.Background())
+	})
 }
 
 // StopDeadline is StopBy's deadline, and false before StopBy.
@@ -67,12 +82,12 @@ func (f *FS) asyncClose() bool {
 
 // uploadContext is what an upload runs under: deaf to FUSE interrupts (a
 // write already acknowledged must still reach S3) but keeping ctx's
-// deadline, if any, and ended by the stop deadline. The error of an
-// upload it ended says so.
+// deadline, if any, and ended by the stop deadline should it still run
+// then. The error of an upload it ended says so.
 func (f *FS) uploadContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancelDeadline := uninterruptibleUntilDeadline(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(f.stopping.stopped, func() { cancel(ErrStopped) })
+	stop := context.AfterFunc(f.stopping.current(), func() { cancel(ErrStopped) })
 	return ctx, func() {
 		stop()
 		cancel(nil)

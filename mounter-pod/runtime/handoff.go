@@ -26,9 +26,10 @@ const TerminationLog = "/dev/termination-log"
 // to (after NodeUnstage) or when the connection ends. SIGTERM (the pod
 // deleted or evicted) keeps serving, as a user pod may still write and
 // exiting would break its mount, but stops acknowledging what could be
-// lost: closes wait for their upload from then on, and what is still not
-// uploaded at cfg.DrainTimeout is reported lost (fusefs.FS.StopBy). The
-// mounter exits once released, or at that deadline.
+// lost: closes wait for their upload from then on, and uploads still
+// running at cfg.DrainTimeout are reported lost (fusefs.FS.StopBy), for
+// the node plugin to tell the pods before the kubelet's SIGKILL. Released
+// after a signal, the mounter exits.
 func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	f, err := cfg.Open(ctx)
 	if err != nil {
@@ -60,9 +61,6 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	var stopping bool
-	var stopAt <-chan time.Time // after a signal: the drain's deadline
-	var lostBefore int64        // uploads lost before the signal
-	var reporting bool          // past the deadline, waiting for the node to see what was lost
 	for {
 		select {
 		case <-m.ended():
@@ -104,35 +102,18 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 			}
 			stopping = true
 			deadline := time.Now().Add(cfg.drainTimeout())
-			lostBefore = m.current().Health().LostUploads
+			lostBefore := m.current().Health().LostUploads
 			m.current().StopBy(deadline)
-			stopAt = time.After(time.Until(deadline))
 			cfg.Logger.Info("signal; closes wait for their upload from now on, pending uploads have until the deadline; serving until released",
 				"signal", sig.String(), "deadline", deadline.Format(time.RFC3339))
+			// The flush takes each file's lock, which an upload holds:
+			// when it returns, uploads cut at the deadline are counted.
 			if err := m.flushBy(deadline); err != nil {
 				cfg.Logger.Error("flush on signal", "err", err)
 			}
-		case <-stopAt:
-			// The pod's grace period is about to end, and uploads still
-			// running are being cut. A flush past the deadline waits
-			// for each to be recorded (it takes each file's lock, which
-			// an upload holds). Then give the node plugin (asking every
-			// 5 s) time to tell the pods what was lost.
-			if !reporting {
-				m.flushBy(time.Now())
+			if h := m.current().Health(); h.LostUploads > lostBefore {
+				cfg.Logger.Error("uploads not finished by the drain deadline; their files are not in S3", "files", h.LostUploads-lostBefore, "latest", h.LastLostUpload)
 			}
-			lost := m.current().Health().LostUploads - lostBefore
-			if lost > 0 && !reporting {
-				cfg.Logger.Error("uploads not finished when told to stop; their files are not in S3", "files", lost, "latest", m.current().Health().LastLostUpload)
-				reporting, stopAt = true, time.After(reportWindow)
-				continue
-			}
-			err := fmt.Errorf("told to stop by a signal, and not released by the end of the drain timeout (%v)", cfg.drainTimeout())
-			if lost > 0 {
-				err = fmt.Errorf("%w; %d file(s) not uploaded by then were reported lost", err, lost)
-			}
-			writeTerminationLog(err)
-			return err
 		case <-ctx.Done():
 			return m.flush()
 		}
@@ -192,9 +173,6 @@ func (m *mounter) flushBy(deadline time.Time) error {
 	return m.current().Flush(ctx)
 }
 
-// reportWindow is how long a mounter stays after its stop deadline when
-// uploads were lost: the node plugin asks every 5 s, and tells the pods.
-const reportWindow = 7 * time.Second
 
 func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 	src := m.cfg.Source()
