@@ -128,6 +128,8 @@ func (n *dirNode) keepAlive(ctx context.Context) error {
 }
 
 func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cancel := patient(ctx)
+	defer cancel()
 	if !validName(name) {
 		return nil, syscall.ENOENT
 	}
@@ -142,7 +144,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		e, found, known = n.cached(name)
 	}
 	if ctx.Err() != nil {
-		return nil, syscall.EINTR // the caller retries
+		return nil, syscall.EINTR // interrupted long ago: S3 does not answer
 	}
 	if known && !found {
 		return nil, syscall.ENOENT

@@ -170,12 +170,15 @@ func (s *dirStream) signal() {
 func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 	s.mu.Lock()
 	s.start()
+	interrupted, gaveUp := ctx.Done(), (<-chan time.Time)(nil) // see patient
 	for i >= len(s.entries) && !s.done {
 		ch := s.changed
 		s.mu.Unlock()
 		select {
 		case <-ch:
-		case <-ctx.Done():
+		case <-interrupted:
+			interrupted, gaveUp = nil, time.After(interruptGrace)
+		case <-gaveUp:
 			s.mu.Lock()
 			return false, syscall.EINTR
 		}

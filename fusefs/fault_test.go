@@ -158,6 +158,11 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 		}
 		open[name] = h
 	}
+	// "late" is written at random, so it is uploaded from a staging
+	// file: a failed close leaves it to its RELEASE to try again.
+	if _, err := open["late"].WriteAt([]byte("random"), 100); err != nil {
+		t.Fatal(err)
+	}
 	srv.Stop()
 	for _, name := range []string{"early", "large"} {
 		if err := open[name].Close(); err != nil {
@@ -186,6 +191,12 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 	if last := f.Health().LastLostUpload; !strings.Contains(last, fusefs.ErrStopped.Error()) {
 		t.Fatalf("lost upload reported as %q, want the stop named", last)
 	}
+	// A flush waits for every upload still running. "late" is not lost:
+	// its writer heard of its failure from close.
+	f.Flush(context.Background())
+	if h := f.Health(); h.LostUploads != 2 {
+		t.Fatalf("lost uploads %d (%s), want 2", h.LostUploads, h.LastLostUpload)
+	}
 	srv.Restart()
 	for _, name := range []string{"early", "large", "late"} {
 		if _, err := st.Head(context.Background(), name); !errors.Is(err, store.ErrNotExist) {
@@ -199,4 +210,43 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 		t.Fatalf("write after the deadline: %v", err)
 	}
 	sameBytes(t, "after", stored(t, st, "after"), want)
+}
+
+// TestAsyncCloseLostByAnyFlushIsReported: a file closed asynchronously
+// while another descriptor keeps it open is uploaded by whichever flush
+// comes first (an fsync, the mounter's drain), not by its last RELEASE.
+// Should that upload fail, the writer whose close returned may never
+// hear of it: the loss is reported all the same.
+func TestAsyncCloseLostByAnyFlushIsReported(t *testing.T) {
+	srv := miniotest.Start(t)
+	st, err := s3store.New(srv.Config(), srv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	p := filepath.Join(dir, "shared")
+	writer, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, err := writer.Write(randomBytes(4096)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if err := writer.Close(); err != nil {
+		t.Fatalf("asynchronous close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := f.Flush(ctx); err == nil {
+		t.Fatal("a drain with S3 down succeeded")
+	}
+	if h := f.Health(); h.LostUploads != 1 || !strings.Contains(h.LastLostUpload, "shared") {
+		t.Fatalf("health after the failed drain: %+v, want the file reported lost", h)
+	}
 }

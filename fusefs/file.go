@@ -43,6 +43,11 @@ type fileNode struct {
 	// reported by the next close or fsync of this file.
 	asyncErr  error
 	uploadErr error // the last upload failure, for logs and asyncErr
+	// closedAsync: a close(2) returned before the content it left was
+	// uploaded. Should that upload fail, whoever makes it (the last
+	// RELEASE, a drain, an fsync), the loss is reported (Health), as
+	// that writer may never hear of it.
+	closedAsync bool
 }
 
 var (
@@ -143,7 +148,7 @@ func (n *fileNode) dropLocal() {
 		n.staging.Close()
 		n.staging = nil
 	}
-	n.dirty = false
+	n.dirty, n.closedAsync = false, false
 }
 
 // toStaging moves the content to a staging file: from the stream's
@@ -191,6 +196,8 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 	stale := !n.local() && n.stored && time.Since(n.attrAt) > n.fsys.opts.StatTTL
 	n.mu.Unlock()
 	if stale {
+		ctx, cancel := patient(ctx)
+		defer cancel()
 		o, err := n.fsys.store.Head(ctx, n.key())
 		if err != nil {
 			return errno(err)
@@ -274,6 +281,8 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, syscall.EROFS
 	}
 	if writable && flags&syscall.O_TRUNC != 0 {
+		ctx, cancel := patient(ctx)
+		defer cancel()
 		n.mu.Lock()
 		err := n.truncateLocked(ctx, 0)
 		n.mu.Unlock()
@@ -366,15 +375,19 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		}
 	}
 	if err != nil {
-		err = stoppedError(ctx, err)
+		err = n.fsys.stoppedError(ctx, err)
 		n.uploadErr = err
 		n.fsys.stats.UploadErrors.Add(1)
 		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)
+		if n.closedAsync {
+			n.closedAsync = false
+			n.fsys.noteLostUpload(err)
+		}
 		return syscall.EIO
 	}
 	n.fsys.stats.Uploads.Add(1)
 	n.attr, n.attrAt = a, time.Now()
-	n.stored, n.dirty, n.mtimeSet = true, false, false
+	n.stored, n.dirty, n.mtimeSet, n.closedAsync = true, false, false, false
 	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 	return 0
 }
@@ -395,10 +408,10 @@ func (n *fileNode) release(writable bool) {
 		// With AsyncClose this is the upload close(2) did not wait for
 		// (the kernel sends RELEASE after close returns); otherwise the
 		// file was written through a handle never flushed (mmap).
-		ctx, cancel := context.WithTimeout(context.Background(), asyncUploadTimeout)
-		if n.syncLocked(ctx) != 0 && n.fsys.opts.AsyncClose {
-			n.asyncErr = n.uploadErr
-			n.fsys.noteLostUpload(n.uploadErr)
+		closedAsync := n.closedAsync
+		ctx, cancel := n.fsys.backgroundUploadContext()
+		if n.syncLocked(ctx) != 0 && closedAsync {
+			n.asyncErr = n.uploadErr // syncLocked reported the loss
 		}
 		cancel()
 	}
@@ -435,7 +448,7 @@ func (n *fileNode) markUnlinked() {
 	if n.opens == 0 {
 		n.dropLocal()
 	}
-	n.unlinked, n.stored, n.dirty = true, false, false
+	n.unlinked, n.stored, n.dirty, n.closedAsync = true, false, false, false
 }
 
 func toErrno(err error) syscall.Errno {

@@ -27,6 +27,8 @@ var (
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, cancel := patient(ctx)
+	defer cancel()
 	n := h.node
 	n.mu.Lock()
 	if n.stream != nil && off < n.stream.size {
@@ -153,6 +155,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		if n.asyncErr != nil || n.err != nil {
 			n.asyncErr = nil
 			return syscall.EIO
+		}
+		if n.dirty && !n.unlinked {
+			n.closedAsync = true
 		}
 		return 0
 	}

@@ -1,12 +1,19 @@
 package fusefs_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs"
 )
@@ -65,5 +72,83 @@ func TestInterruptedClosesKeepData(t *testing.T) {
 				t.Fatalf("w%d-%03d: %d bytes in S3", w, i, len(b))
 			}
 		}
+	}
+}
+
+// TestSignalsDoNotFailSystemCalls: a program that handles a signal (here
+// SIGUSR1, sent to the very thread making the calls, as timers and Go's
+// preemption do) has the kernel interrupt its FUSE request. stat, unlink,
+// rename and readdir must still answer as on any filesystem: EINTR from
+// them breaks programs that never expect it.
+func TestSignalsDoNotFailSystemCalls(t *testing.T) {
+	st := backends()[1].fresh(t) // real MinIO: requests take long enough to be hit
+	dir := mountFS(t, st, fusefs.Options{})
+	for i := range 40 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGUSR1) // handled, so not fatal
+	defer signal.Stop(sigs)
+	go func() {
+		for range sigs {
+		}
+	}()
+
+	tids := make(chan int)
+	stop := make(chan struct{})
+	var bombed sync.WaitGroup
+	bombed.Add(1)
+	go func() { // signal the calling thread all the time
+		defer bombed.Done()
+		tid := <-tids
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				unix.Tgkill(os.Getpid(), tid, syscall.SIGUSR1)
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}()
+	var eintr []string
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		defer close(stop)
+		note := func(what string, err error) {
+			if errors.Is(err, syscall.EINTR) {
+				eintr = append(eintr, what)
+			}
+		}
+		var s unix.Stat_t
+		for i := range 40 {
+			name := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+			note("stat of a name never looked up", unix.Stat(filepath.Join(dir, fmt.Sprintf("new%03d", i)), &s))
+			note("stat", unix.Stat(name, &s))
+			note("rename", unix.Rename(name, name+".r"))
+			note("unlink", unix.Unlink(name+".r"))
+			fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			if err != nil {
+				note("open dir", err)
+				continue
+			}
+			buf := make([]byte, 4096)
+			for {
+				n, err := unix.Getdents(fd, buf)
+				note("getdents", err)
+				if n <= 0 || err != nil {
+					break
+				}
+			}
+			unix.Close(fd)
+		}
+	}()
+	bombed.Wait()
+	if len(eintr) > 0 {
+		t.Fatalf("%d system calls failed with EINTR: %v", len(eintr), eintr)
 	}
 }

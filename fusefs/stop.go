@@ -16,8 +16,9 @@ var ErrStopped = errors.New("the mounter was told to stop (SIGTERM: its pod dele
 // but acknowledges nothing it could not keep.
 type stopState struct {
 	mu sync.Mutex
-	// deadline is StopBy's; zero before.
+	// deadline is StopBy's; zero before. passed is set when it passes.
 	deadline time.Time
+	passed   bool
 	timer    *time.Timer
 	// cut ends, with ErrStopped as its cause, at the deadline: the
 	// uploads running then end with it. Uploads started later get a new
@@ -46,12 +47,13 @@ func (s *stopState) current() context.Context {
 // (after earlier asynchronous closes, retrying an endpoint that does not
 // answer) fail with ErrStopped and are reported in Health as lost, rather
 // than vanishing with the process unannounced. The mount keeps serving.
-// A later call can only bring the deadline forward.
+// A later call can only bring the deadline forward, and none changes
+// anything once it has passed.
 func (f *FS) StopBy(deadline time.Time) {
 	s := &f.stopping
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.deadline.IsZero() && !deadline.Before(s.deadline) {
+	if s.passed || !s.deadline.IsZero() && !deadline.Before(s.deadline) {
 		return
 	}
 	s.deadline = deadline
@@ -61,6 +63,10 @@ func (f *FS) StopBy(deadline time.Time) {
 	s.timer = time.AfterFunc(time.Until(deadline), func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.passed {
+			return // an earlier deadline's timer, stopped too late
+		}
+		s.passed = true
 		s.cutAll(ErrStopped)
 		s.cut, s.cutAll = context.WithCancelCause(context.Background())
 	})
@@ -96,10 +102,34 @@ func (f *FS) uploadContext(ctx context.Context) (context.Context, context.Cancel
 }
 
 // stoppedError names ErrStopped as the reason of err when the stop
-// deadline ended ctx: a canceled request says only "context canceled".
-func stoppedError(ctx context.Context, err error) error {
-	if err == nil || !errors.Is(context.Cause(ctx), ErrStopped) || errors.Is(err, ErrStopped) {
+// deadline ended ctx (a canceled request says only "context canceled"),
+// also when ctx's own deadline, the same instant, came first.
+func (f *FS) stoppedError(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrStopped) {
 		return err
 	}
-	return fmt.Errorf("%v: %w", err, ErrStopped)
+	deadline, stopping := f.StopDeadline()
+	if errors.Is(context.Cause(ctx), ErrStopped) || stopping && !time.Now().Before(deadline) {
+		return fmt.Errorf("%v: %w", err, ErrStopped)
+	}
+	return err
+}
+
+// lateUploadTimeout bounds an upload no writer waits for that starts
+// after the stop deadline: the process is about to be killed.
+const lateUploadTimeout = 10 * time.Second
+
+// backgroundUploadContext is for an upload no writer waits for (the last
+// RELEASE after an asynchronous close): it retries an endpoint that does
+// not answer for asyncUploadTimeout, or, once the filesystem is to stop,
+// until the stop deadline at most.
+func (f *FS) backgroundUploadContext() (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(asyncUploadTimeout)
+	if stop, stopping := f.StopDeadline(); stopping {
+		deadline = time.Now().Add(lateUploadTimeout)
+		if stop.After(deadline) {
+			deadline = stop
+		}
+	}
+	return context.WithDeadline(context.Background(), deadline)
 }

@@ -358,17 +358,17 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 	}
 	if s.partLen() > 0 {
 		if err := s.sendPart(ctx, meta); err != nil {
-			s.abort()
+			s.abortAfter(ctx)
 			return store.Object{}, err
 		}
 	}
 	if err := s.wait(); err != nil {
-		s.abort()
+		s.abortAfter(ctx)
 		return store.Object{}, err
 	}
 	o, err := s.upload.Complete(ctx)
 	if err != nil {
-		s.abort()
+		s.abortAfter(ctx)
 		return store.Object{}, err
 	}
 	o.Size = s.size
@@ -376,8 +376,22 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 }
 
 // abort cancels the upload; nothing of it remains in the bucket.
-func (s *stream) abort() {
+func (s *stream) abort() { s.abortUpload(false) }
+
+// abortAfter aborts after a failure under ctx. When ctx has ended (the
+// upload was cut as the mounter stops, or ran out of time), the abort
+// goes to the background: the failure is to be reported first, within
+// the stop deadline, not after a request to an endpoint that may not
+// answer.
+func (s *stream) abortAfter(ctx context.Context) { s.abortUpload(ctx.Err() != nil) }
+
+func (s *stream) abortUpload(later bool) {
 	s.wait()
+	if s.upload != nil && later {
+		key, _ := s.key()
+		go retryAbort(s.fsys, s.upload, key)
+		s.upload = nil
+	}
 	if s.upload != nil {
 		// Abort must happen even if the request that failed was cancelled.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -50,6 +50,8 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return []byte(t), 0
 	}
 	n.mu.Unlock()
+	ctx, cancel := patient(ctx)
+	defer cancel()
 	body, err := n.fsys.store.Get(ctx, n.fsys.keyOf(&n.Inode), 0, maxSymlinkTarget)
 	if err != nil {
 		return nil, errno(err)

@@ -141,6 +141,9 @@ Flags:
 	if err != nil || dm > 0o777 {
 		return nil, fmt.Errorf("--dir-mode %q: want octal permissions such as 0755", o.dirMode)
 	}
+	if c.DrainTimeout <= 0 {
+		return nil, fmt.Errorf("--drain-timeout %v: want a positive duration such as 50s", c.DrainTimeout)
+	}
 	if c.ReadaheadKiB < 4 || c.ReadaheadKiB > 64<<10 {
 		return nil, fmt.Errorf("--readahead-kib %d: want 4 to 65536", c.ReadaheadKiB)
 	}

@@ -55,6 +55,7 @@ func TestBadInput(t *testing.T) {
 		{"missing mountpoint", []string{bucket}, 2, "want 2 arguments"},
 		{"bad file mode", []string{"--file-mode", "rw", bucket, mnt}, 2, "--file-mode"},
 		{"bad readahead", []string{"--readahead-kib", "0", bucket, mnt}, 2, "--readahead-kib"},
+		{"no drain timeout", []string{"--drain-timeout", "0s", bucket, mnt}, 2, "--drain-timeout"},
 		{"negative read cache", []string{"--read-cache-mib", "-1", bucket, mnt}, 2, "--read-cache-mib"},
 		{"small part size", []string{"--part-size-mib", "1", bucket, mnt}, 2, "below S3's 5 MiB minimum"},
 		{"mountpoint missing", []string{bucket, filepath.Join(mnt, "nope")}, 2, "no such file or directory"},

@@ -152,7 +152,9 @@ func (p *Process) start(m spec.Mounter, creds map[string][]byte) (*proc, error) 
 		}
 	}
 	pr := &proc{uid: uid, readOnly: m.ReadOnly, stop: make(chan struct{}), done: make(chan struct{}), stderr: &tail{}}
-	args := m.Args(socket, credDir, staging)
+	// Stop gives a mounter 10 s after SIGTERM: time to report what it
+	// could not upload before the kill.
+	args := spec.BeforeSource(m.Args(socket, credDir, staging), "--drain-timeout=5s")
 	if err := pr.run(p, args); err != nil {
 		return nil, err
 	}

@@ -163,8 +163,13 @@ func (m *mounter) ended() <-chan struct{} {
 	return m.done
 }
 
+// flush uploads what is pending, by the stop deadline once there is one.
 func (m *mounter) flush() error {
-	return m.flushBy(time.Now().Add(DefaultDrainTimeout))
+	deadline := time.Now().Add(DefaultDrainTimeout)
+	if stop, stopping := m.current().StopDeadline(); stopping && stop.After(time.Now()) {
+		deadline = stop
+	}
+	return m.flushBy(deadline)
 }
 
 func (m *mounter) flushBy(deadline time.Time) error {
@@ -189,8 +194,14 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		}
 		// Upload first; stay serving while anything is pending: the node
 		// plugin retries NodeUnstage, and letting go now would lose it.
+		lostBefore := m.current().Health().LostUploads
 		if err := m.flush(); err != nil {
 			return handoff.Reply{Error: "pending writes could not be uploaded: " + err.Error(), Source: src}
+		}
+		// Uploads after asynchronous closes that failed meanwhile are
+		// told once, here: after NodeUnstage no one would ask.
+		if h := m.current().Health(); h.LostUploads > lostBefore {
+			return handoff.Reply{Error: fmt.Sprintf("%d file(s) closed asynchronously could not be uploaded and are not in S3 (the latest: %s)", h.LostUploads-lostBefore, h.LastLostUpload), Source: src}
 		}
 		m.mu.Lock()
 		m.released = m.srv != nil

@@ -108,16 +108,16 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 		grace = ptr.To[int64](60)
 	}
 	args := m.Args(SocketPath, CredentialsDir, StagingDir)
-	args = beforeSource(args, "--drain-timeout="+drainTimeout(*grace).String())
+	args = BeforeSource(args, "--drain-timeout="+drainTimeout(*grace).String())
 	if limit, bounded, err := t.stagingLimitMiB(res, m); err != nil {
 		return nil, err
 	} else if bounded {
-		args = beforeSource(args, fmt.Sprintf("--staging-limit-mib=%d", limit))
+		args = BeforeSource(args, fmt.Sprintf("--staging-limit-mib=%d", limit))
 	}
 	annotations := map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)}
 	var ports []corev1.ContainerPort
 	if !t.HostNetwork && !t.NoMetrics {
-		args = beforeSource(args, fmt.Sprintf("--metrics-addr=:%d", MetricsPort))
+		args = BeforeSource(args, fmt.Sprintf("--metrics-addr=:%d", MetricsPort))
 		ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
 		annotations["prometheus.io/scrape"] = "true"
 		annotations["prometheus.io/port"] = strconv.Itoa(MetricsPort)
@@ -216,9 +216,9 @@ func (m Mounter) Secret(pod *corev1.Pod, data map[string][]byte) *corev1.Secret 
 	}
 }
 
-// beforeSource adds flags to an objfuse-mount command line: before the
+// BeforeSource adds flags to an objfuse-mount command line: before the
 // source, its last argument.
-func beforeSource(args []string, flags ...string) []string {
+func BeforeSource(args []string, flags ...string) []string {
 	last := len(args) - 1
 	return append(append(args[:last:last], flags...), args[last])
 }
