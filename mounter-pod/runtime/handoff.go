@@ -178,7 +178,6 @@ func (m *mounter) flushBy(deadline time.Time) error {
 	return m.current().Flush(ctx)
 }
 
-
 func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 	src := m.cfg.Source()
 	switch req.Op {
