@@ -88,12 +88,7 @@ func TestMinioStopsMidWrite(t *testing.T) {
 // not dropped after the client's few seconds of retries: no writer waits
 // on them to hear of a failure. The mount reports the outage meanwhile.
 func TestAsyncUploadsOutlastAnOutage(t *testing.T) {
-	srv := miniotest.Start(t)
-	st, err := s3store.New(srv.Config(), srv.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	srv, st, f, dir := mountAsyncOnMinio(t)
 	contents := map[string][]byte{}
 	var open []*os.File
 	// Small files go up in one request at close; the large one has sent
@@ -141,12 +136,7 @@ func TestAsyncUploadsOutlastAnOutage(t *testing.T) {
 // at the stop deadline and reported lost, instead of dying unannounced
 // with the process minutes before their own deadline.
 func TestStopByReportsWhatItCannotUpload(t *testing.T) {
-	srv := miniotest.Start(t)
-	st, err := s3store.New(srv.Config(), srv.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	srv, st, f, dir := mountAsyncOnMinio(t)
 	open := map[string]*os.File{}
 	for name, size := range map[string]int{"early": 4096, "large": 12 << 20, "late": 4096} {
 		h, err := os.Create(filepath.Join(dir, name))
@@ -218,12 +208,7 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 // Should that upload fail, the writer whose close returned may never
 // hear of it: the loss is reported all the same.
 func TestAsyncCloseLostByAnyFlushIsReported(t *testing.T) {
-	srv := miniotest.Start(t)
-	st, err := s3store.New(srv.Config(), srv.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	srv, _, f, dir := mountAsyncOnMinio(t)
 	p := filepath.Join(dir, "shared")
 	writer, err := os.Create(p)
 	if err != nil {
@@ -249,4 +234,16 @@ func TestAsyncCloseLostByAnyFlushIsReported(t *testing.T) {
 	if h := f.Health(); h.LostUploads != 1 || !strings.Contains(h.LastLostUpload, "shared") {
 		t.Fatalf("health after the failed drain: %+v, want the file reported lost", h)
 	}
+}
+
+// mountAsyncOnMinio mounts a new MinIO server's bucket with AsyncClose,
+// for tests that stop the server under uploads no writer waits for.
+func mountAsyncOnMinio(t *testing.T) (*miniotest.Server, store.Store, *fusefs.FS, string) {
+	srv := miniotest.Start(t)
+	st, err := s3store.New(srv.Config(), srv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
+	return srv, st, f, dir
 }
