@@ -177,7 +177,7 @@ func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 		select {
 		case <-ch:
 		case <-interrupted:
-			interrupted, gaveUp = nil, time.After(interruptGrace)
+			interrupted, gaveUp = nil, time.After(time.Until(graceEnd(ctx)))
 		case <-gaveUp:
 			s.mu.Lock()
 			return false, syscall.EINTR

@@ -183,7 +183,9 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 	}
 	// A flush waits for every upload still running. "late" is not lost:
 	// its writer heard of its failure from close.
-	f.Flush(context.Background())
+	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f.Flush(fctx)
 	if h := f.Health(); h.LostUploads != 2 {
 		t.Fatalf("lost uploads %d (%s), want 2", h.LostUploads, h.LastLostUpload)
 	}

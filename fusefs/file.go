@@ -281,8 +281,6 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, syscall.EROFS
 	}
 	if writable && flags&syscall.O_TRUNC != 0 {
-		ctx, cancel := patient(ctx)
-		defer cancel()
 		n.mu.Lock()
 		err := n.truncateLocked(ctx, 0)
 		n.mu.Unlock()
@@ -379,7 +377,11 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		n.uploadErr = err
 		n.fsys.stats.UploadErrors.Add(1)
 		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)
-		if n.closedAsync {
+		// Lost for good: a stream's data went with its upload, and past
+		// the stop deadline nothing is tried again. Content still here
+		// is tried again by the last RELEASE, which reports it if that
+		// fails too.
+		if n.closedAsync && (n.err != nil || n.fsys.stopPassed()) {
 			n.closedAsync = false
 			n.fsys.noteLostUpload(err)
 		}
@@ -404,16 +406,27 @@ func (n *fileNode) release(writable bool) {
 	if n.opens > 0 {
 		return
 	}
-	if n.dirty && n.err == nil && !n.unlinked {
+	switch {
+	case n.dirty && n.err == nil && !n.unlinked:
 		// With AsyncClose this is the upload close(2) did not wait for
 		// (the kernel sends RELEASE after close returns); otherwise the
 		// file was written through a handle never flushed (mmap).
 		closedAsync := n.closedAsync
 		ctx, cancel := n.fsys.backgroundUploadContext()
 		if n.syncLocked(ctx) != 0 && closedAsync {
-			n.asyncErr = n.uploadErr // syncLocked reported the loss
+			n.asyncErr = n.uploadErr
+			if n.closedAsync { // not reported by syncLocked
+				n.closedAsync = false
+				n.fsys.noteLostUpload(n.uploadErr)
+			}
 		}
 		cancel()
+	case n.dirty && n.err != nil && n.closedAsync:
+		// A write through another handle failed after this content was
+		// closed asynchronously: that handle's writer heard, this one
+		// may not.
+		n.asyncErr = n.err
+		n.fsys.noteLostUpload(n.err)
 	}
 	n.dropLocal()
 	n.err = nil

@@ -27,8 +27,6 @@ var (
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ctx, cancel := patient(ctx)
-	defer cancel()
 	n := h.node
 	n.mu.Lock()
 	if n.stream != nil && off < n.stream.size {
@@ -60,6 +58,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	ctx, cancel := patient(ctx)
+	defer cancel()
 	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
 	if err != nil {
 		return nil, toErrno(err)

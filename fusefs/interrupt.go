@@ -2,12 +2,15 @@ package fusefs
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // interruptGrace is how long a request goes on after the kernel
 // interrupted it (see patient).
 const interruptGrace = 2 * time.Second
+
+type patientKey struct{}
 
 // patient is ctx, cancelled only interruptGrace after the kernel
 // interrupts the request. The kernel interrupts a request whenever its
@@ -18,11 +21,35 @@ const interruptGrace = 2 * time.Second
 // long after is one against an endpoint that does not answer: it ends
 // then, so that a caller being killed is let go (once a request is sent,
 // the kernel waits for its answer even after SIGKILL).
+//
+// The grace is the request's, not each call's: READDIRPLUS looks up
+// every entry under one request's ctx, and a grace each would hold a
+// killed `ls -l` for seconds per entry. A ctx already patient is
+// returned as it is.
 func patient(ctx context.Context) (context.Context, context.CancelFunc) {
-	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(interruptGrace, cancel) })
+	if ctx.Value(patientKey{}) != nil {
+		return ctx, func() {}
+	}
+	out, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), patientKey{}, true))
+	// The grace's timer outlives a request answered meanwhile; it then
+	// cancels what is already cancelled.
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(time.Until(graceEnd(ctx)), cancel) })
 	return out, func() {
 		stop()
 		cancel()
 	}
+}
+
+// graces are the interrupted requests' contexts and when their grace
+// ends, kept a little longer than the grace.
+var graces sync.Map
+
+// graceEnd is when the grace of request ctx, interrupted, ends: its
+// first caller's now plus interruptGrace.
+func graceEnd(ctx context.Context) time.Time {
+	v, known := graces.LoadOrStore(ctx, time.Now().Add(interruptGrace))
+	if !known {
+		time.AfterFunc(2*interruptGrace, func() { graces.Delete(ctx) })
+	}
+	return v.(time.Time)
 }

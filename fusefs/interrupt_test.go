@@ -78,19 +78,29 @@ func TestInterruptedClosesKeepData(t *testing.T) {
 // TestSignalsDoNotFailSystemCalls: a program that handles a signal (here
 // SIGUSR1, sent to the very thread making the calls, as timers and Go's
 // preemption do) has the kernel interrupt its FUSE request. stat, unlink,
-// rename and readdir must still answer as on any filesystem: EINTR from
-// them breaks programs that never expect it.
+// rename, readdir, read and readlink must still answer as on any
+// filesystem: EINTR from them breaks programs that never expect it.
 func TestSignalsDoNotFailSystemCalls(t *testing.T) {
 	st := backends()[1].fresh(t) // real MinIO: requests take long enough to be hit
-	dir := mountFS(t, st, fusefs.Options{})
+	// Attributes expire at once, so that every stat asks S3 again.
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond})
 	for i := range 40 {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, "big"), randomBytes(8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("big", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGUSR1) // handled, so not fatal
-	defer signal.Stop(sigs)
+	defer func() {
+		signal.Stop(sigs)
+		close(sigs)
+	}()
 	go func() {
 		for range sigs {
 		}
@@ -145,6 +155,18 @@ func TestSignalsDoNotFailSystemCalls(t *testing.T) {
 				}
 			}
 			unix.Close(fd)
+			// Reads that go to S3: the kernel's cache of the file is
+			// dropped first.
+			if fd, err := unix.Open(filepath.Join(dir, "big"), unix.O_RDONLY, 0); err != nil {
+				note("open", err)
+			} else {
+				unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
+				_, err := unix.Pread(fd, buf, int64(i)*100_000)
+				note("read", err)
+				unix.Close(fd)
+			}
+			_, err = unix.Readlink(filepath.Join(dir, "link"), buf)
+			note("readlink", err)
 		}
 	}()
 	bombed.Wait()

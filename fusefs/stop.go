@@ -80,6 +80,14 @@ func (f *FS) StopDeadline() (time.Time, bool) {
 	return s.deadline, !s.deadline.IsZero()
 }
 
+// stopPassed reports whether StopBy's deadline has passed.
+func (f *FS) stopPassed() bool {
+	s := &f.stopping
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.passed
+}
+
 // asyncClose reports whether close(2) may return before its upload.
 func (f *FS) asyncClose() bool {
 	_, stopping := f.StopDeadline()
@@ -122,7 +130,7 @@ const lateUploadTimeout = 10 * time.Second
 // backgroundUploadContext is for an upload no writer waits for (the last
 // RELEASE after an asynchronous close): it retries an endpoint that does
 // not answer for asyncUploadTimeout, or, once the filesystem is to stop,
-// until the stop deadline at most.
+// until the stop deadline (lateUploadTimeout when that has passed).
 func (f *FS) backgroundUploadContext() (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(asyncUploadTimeout)
 	if stop, stopping := f.StopDeadline(); stopping {
