@@ -128,8 +128,6 @@ func (n *dirNode) keepAlive(ctx context.Context) error {
 }
 
 func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, cancel := patient(ctx)
-	defer cancel()
 	if !validName(name) {
 		return nil, syscall.ENOENT
 	}
@@ -137,14 +135,19 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, fillEntry(ctx, ch, out) // created here, not uploaded yet
 	}
 	e, found, known := n.cached(name)
-	if found && !known {
-		e, known = n.listedEntry(ctx, e)
-	}
-	if !known && n.relist(ctx) {
-		e, found, known = n.cached(name)
-	}
-	if ctx.Err() != nil {
-		return nil, syscall.EINTR // interrupted long ago: S3 does not answer
+	if !known { // S3 is asked
+		var cancel context.CancelFunc
+		ctx, cancel = patient(ctx)
+		defer cancel()
+		if found {
+			e, known = n.listedEntry(ctx, e)
+		}
+		if !known && n.relist(ctx) {
+			e, found, known = n.cached(name)
+		}
+		if ctx.Err() != nil {
+			return nil, syscall.EINTR // S3 did not answer in the grace
+		}
 	}
 	if known && !found {
 		return nil, syscall.ENOENT
