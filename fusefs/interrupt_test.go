@@ -19,8 +19,7 @@ import (
 )
 
 // A Go program's own preemption and GC signals interrupt its system
-// calls; the kernel then cancels the FUSE request. A cancelled lookup is
-// EINTR (which callers retry), and the upload a close(2)
+// calls; the kernel then cancels the FUSE request. The upload a close(2)
 // started must go on regardless: every close succeeds and every file is
 // in S3. (Before uploads were made uninterruptible, about 2% of closes
 // here failed with EIO and their files were lost.)
