@@ -112,13 +112,14 @@ func TestSignalsDoNotFailSystemCalls(t *testing.T) {
 	go func() { // signal the calling thread all the time
 		defer bombed.Done()
 		tid := <-tids
+		every := time.NewTicker(50 * time.Microsecond) // a pace, not a wait for anything
+		defer every.Stop()
 		for {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-every.C:
 				unix.Tgkill(os.Getpid(), tid, syscall.SIGUSR1)
-				time.Sleep(50 * time.Microsecond)
 			}
 		}
 	}()
