@@ -381,9 +381,8 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		// the stop deadline nothing is tried again. Content still here
 		// is tried again by the last RELEASE, which reports it if that
 		// fails too.
-		if n.closedAsync && (n.err != nil || n.fsys.stopPassed()) {
-			n.closedAsync = false
-			n.fsys.noteLostUpload(err)
+		if n.err != nil || n.fsys.stopPassed() {
+			n.reportLost(err)
 		}
 		return syscall.EIO
 	}
@@ -415,10 +414,7 @@ func (n *fileNode) release(writable bool) {
 		ctx, cancel := n.fsys.backgroundUploadContext()
 		if n.syncLocked(ctx) != 0 && closedAsync {
 			n.asyncErr = n.uploadErr
-			if n.closedAsync { // not reported by syncLocked
-				n.closedAsync = false
-				n.fsys.noteLostUpload(n.uploadErr)
-			}
+			n.reportLost(n.uploadErr) // unless syncLocked did
 		}
 		cancel()
 	case n.dirty && n.err != nil && n.closedAsync:
@@ -426,10 +422,19 @@ func (n *fileNode) release(writable bool) {
 		// closed asynchronously: that handle's writer heard, this one
 		// may not.
 		n.asyncErr = n.err
-		n.fsys.noteLostUpload(n.err)
+		n.reportLost(n.err)
 	}
 	n.dropLocal()
 	n.err = nil
+}
+
+// reportLost tells, once, of content closed asynchronously that will not
+// reach S3 (see closedAsync).
+func (n *fileNode) reportLost(err error) {
+	if n.closedAsync {
+		n.closedAsync = false
+		n.fsys.noteLostUpload(err)
+	}
 }
 
 // keepForUnlink is called before the object is deleted or replaced:

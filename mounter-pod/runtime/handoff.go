@@ -102,17 +102,15 @@ func RunHandoff(ctx context.Context, cfg Config, socket string) error {
 			}
 			stopping = true
 			deadline := time.Now().Add(cfg.drainTimeout())
-			lostBefore := m.current().Health().LostUploads
 			m.current().StopBy(deadline)
 			cfg.Logger.Info("signal; closes wait for their upload from now on, pending uploads have until the deadline; serving until released",
 				"signal", sig.String(), "deadline", deadline.Format(time.RFC3339))
-			// The flush takes each file's lock, which an upload holds:
-			// when it returns, uploads cut at the deadline are counted.
-			if err := m.flushBy(deadline); err != nil {
+			lost, latest, err := m.lostDuring(func() error { return m.flushBy(deadline) })
+			if err != nil {
 				cfg.Logger.Error("flush on signal", "err", err)
 			}
-			if h := m.current().Health(); h.LostUploads > lostBefore {
-				cfg.Logger.Error("uploads not finished by the drain deadline; their files are not in S3", "files", h.LostUploads-lostBefore, "latest", h.LastLostUpload)
+			if lost > 0 {
+				cfg.Logger.Error("uploads not finished by the drain deadline; their files are not in S3", "files", lost, "latest", latest)
 			}
 		case <-ctx.Done():
 			return m.flush()
@@ -172,6 +170,17 @@ func (m *mounter) flush() error {
 	return m.flushBy(deadline)
 }
 
+// lostDuring runs flush and counts the uploads after asynchronous closes
+// found lost meanwhile, naming the latest. A flush takes each file's
+// lock, which an upload holds, so those cut or failed during it are
+// counted when it returns.
+func (m *mounter) lostDuring(flush func() error) (lost int64, latest string, err error) {
+	before := m.current().Health().LostUploads
+	err = flush()
+	h := m.current().Health()
+	return h.LostUploads - before, h.LastLostUpload, err
+}
+
 func (m *mounter) flushBy(deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -193,14 +202,14 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		}
 		// Upload first; stay serving while anything is pending: the node
 		// plugin retries NodeUnstage, and letting go now would lose it.
-		lostBefore := m.current().Health().LostUploads
-		if err := m.flush(); err != nil {
+		lost, latest, err := m.lostDuring(m.flush)
+		if err != nil {
 			return handoff.Reply{Error: "pending writes could not be uploaded: " + err.Error(), Source: src}
 		}
 		// Uploads after asynchronous closes that failed meanwhile are
 		// told once, here: after NodeUnstage no one would ask.
-		if h := m.current().Health(); h.LostUploads > lostBefore {
-			return handoff.Reply{Error: fmt.Sprintf("%d file(s) closed asynchronously could not be uploaded and are not in S3 (the latest: %s)", h.LostUploads-lostBefore, h.LastLostUpload), Source: src}
+		if lost > 0 {
+			return handoff.Reply{Error: fmt.Sprintf("%d file(s) closed asynchronously could not be uploaded and are not in S3 (the latest: %s)", lost, latest), Source: src}
 		}
 		m.mu.Lock()
 		m.released = m.srv != nil
