@@ -102,6 +102,7 @@ Flags:
 	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
 	cacheMiB := fl.Int64("read-cache-mib", 0, "keep up to this many MiB of randomly read ranges in local files, so reading them again needs no GET (0: no cache)")
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
+	fl.BoolVar(&c.S3.NoBatching, "no-batching", false, "on MinIO too, upload every small file in a request of its own (by default, small files uploaded at the same time go in one request that MinIO extracts)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
 	fl.DurationVar(&c.DrainTimeout, "drain-timeout", runtime.DefaultDrainTimeout, "after SIGTERM or SIGINT, how long pending uploads may take; what is not uploaded by then is reported lost (a mounter pod gets its grace period less 10 s)")

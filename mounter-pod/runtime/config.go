@@ -65,6 +65,9 @@ func (c Config) Open(ctx context.Context) (*fusefs.FS, error) {
 	if c.S3.Observe == nil {
 		c.S3.Observe = observeRequest
 	}
+	if c.S3.Logger == nil {
+		c.S3.Logger = c.Logger
+	}
 	st, err := s3store.New(c.S3, c.Bucket)
 	if err != nil {
 		return nil, err

@@ -3,10 +3,12 @@ package s3store
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -42,6 +44,19 @@ type Config struct {
 	Concurrency uint
 	// Observe, when set, is told of every request (metrics).
 	Observe RequestObserver
+	// NoBatching sends every small object in a request of its own, also
+	// to MinIO (see batch.go).
+	NoBatching bool
+	// Logger gets what the store does on its own (batches it had to
+	// split); nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
 }
 
 // NewClient builds a minio-go client for cfg.
@@ -54,6 +69,12 @@ func NewClient(cfg Config) (*minio.Client, error) {
 // their bodies can splice (a plain-HTTP endpoint reached without a proxy).
 // Responses that worked clear h's problem (h may be nil).
 func newClient(cfg Config, h *health) (*minio.Client, *rawGetTransport, error) {
+	return newClientSaying(cfg, h, nil)
+}
+
+// newClientSaying also sets isMinIO once a response says it comes from
+// MinIO (its Server header); isMinIO may be nil.
+func newClientSaying(cfg Config, h *health, isMinIO *atomic.Bool) (*minio.Client, *rawGetTransport, error) {
 	host, secure, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
 		return nil, nil, err
@@ -72,8 +93,8 @@ func newClient(cfg Config, h *health) (*minio.Client, *rawGetTransport, error) {
 		raw = newRawGetTransport(tr)
 		rt = raw
 	}
-	if cfg.Observe != nil || h != nil {
-		rt = observed{inner: rt, observe: cfg.Observe, health: h}
+	if cfg.Observe != nil || h != nil || isMinIO != nil {
+		rt = observed{inner: rt, observe: cfg.Observe, health: h, isMinIO: isMinIO}
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {

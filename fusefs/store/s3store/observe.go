@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,7 @@ type observed struct {
 	inner   http.RoundTripper
 	observe RequestObserver
 	health  *health
+	isMinIO *atomic.Bool
 }
 
 func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -39,6 +41,9 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 		status = "timeout"
 	default:
 		status = "failed"
+	}
+	if o.isMinIO != nil && err == nil && !o.isMinIO.Load() && resp.Header.Get("Server") == "MinIO" {
+		o.isMinIO.Store(true)
 	}
 	if o.health != nil && err == nil && resp.StatusCode/100 == 2 {
 		o.health.worked()

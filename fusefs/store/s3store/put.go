@@ -59,6 +59,14 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, me
 	if size > int64(s.cfg.PartSize) {
 		return s.putParts(ctx, key, r, size, meta)
 	}
+	if size <= BatchMaxObjectSize && s.batch != nil && batchable(key) && s.batch.enabled() {
+		return s.batch.put(ctx, key, r, size, meta)
+	}
+	return s.putOne(ctx, key, r, size, meta)
+}
+
+// putOne stores an object of at most a part in one request.
+func (s *Store) putOne(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	body, sum, err := checksummed(r, size)
 	if err != nil {
 		return store.Object{}, fmt.Errorf("put %q: %w", key, err)

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
@@ -31,13 +32,18 @@ type Store struct {
 	// maxParts is S3's limit on parts; tests lower it.
 	maxParts int
 	health   *health
+	// isMinIO: a response said it came from MinIO, which batches small
+	// puts (batch.go).
+	isMinIO atomic.Bool
+	batch   *batcher
 }
 
 // New returns a Store for bucket. It makes no request; call Check to
 // verify that the endpoint, credentials and bucket are usable.
 func New(cfg Config, bucket string) (*Store, error) {
 	h := &health{}
-	c, raw, err := newClient(cfg, h)
+	st := &Store{bucket: bucket, maxParts: store.MaxParts, health: h}
+	c, raw, err := newClientSaying(cfg, h, &st.isMinIO)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +53,11 @@ func New(cfg Config, bucket string) (*Store, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 4
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: bucket, cfg: cfg, raw: raw, maxParts: store.MaxParts, health: h}, nil
+	st.client, st.core, st.cfg, st.raw = c, minio.Core{Client: c}, cfg, raw
+	if !cfg.NoBatching {
+		st.batch = &batcher{s: st}
+	}
+	return st, nil
 }
 
 // Health is the latest failure of the store's requests that a person must

@@ -1,0 +1,375 @@
+package s3store
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"path"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// Small objects put at the same time go to MinIO in one request: a tar of
+// them with MinIO's auto-extract header (its "snowball" upload), which it
+// stores as the separate objects. MinIO spends about as much CPU on a 4 KiB
+// PUT as on a 1 MiB one; a batch of 64 small objects costs it less than a
+// third of 64 PUTs (test/bench's create row, and BenchmarkSmallPuts). Only
+// puts that would otherwise wait for a request slot are batched, so a lone
+// writer's close costs what it did; many closes at once (untar, a build,
+// an asynchronous close of each of many files) share requests.
+//
+// Only a server that says it is MinIO is sent batches, and the first batch
+// is checked: a server that stored the tar as an object instead of
+// extracting it is sent no more, and the batch's objects are put again one
+// by one.
+const (
+	// batchSlots is how many small-object requests run at once before
+	// further puts queue for the next batch.
+	batchSlots = 4
+	// batchMaxObjects and batchMaxBytes bound one batch.
+	batchMaxObjects = 128
+	batchMaxBytes   = 8 << 20
+	// BatchMaxObjectSize is the largest object sent in a batch: larger
+	// ones cost MinIO far more to store than to receive.
+	BatchMaxObjectSize = 256 << 10
+
+	snowballExtract = "X-Amz-Meta-Snowball-Auto-Extract"
+	snowballPrefix  = "X-Amz-Meta-Minio-Snowball-Prefix"
+)
+
+// batchItem is one small put waiting for, or in, a batch.
+type batchItem struct {
+	ctx  context.Context
+	key  string
+	body []byte
+	meta map[string]string
+	// done is closed once the item's batch has ended: with stored (its
+	// object is in S3, with etag and mtime), or with err (the item was
+	// sent alone and failed), or with neither (the batch failed: the
+	// item is to be put alone).
+	done   chan struct{}
+	taken  bool
+	stored bool
+	err    error
+	etag   string
+	mtime  time.Time
+}
+
+// batcher queues small puts while batchSlots requests are in flight and
+// sends what queued as one request when a slot frees.
+type batcher struct {
+	s *Store
+
+	mu       sync.Mutex
+	queue    []*batchItem
+	inflight int
+	// off: the server cannot extract (or refused a batch); verified: a
+	// batch was seen extracted; md5ETags: its objects' ETags are the MD5
+	// of their bytes (not so with server-side encryption).
+	off, verified, md5ETags bool
+}
+
+// batchable reports whether key survives MinIO's extraction unchanged:
+// it cleans each tar entry's path and joins it to the batch's prefix.
+func batchable(key string) bool {
+	return key != "" && utf8.ValidString(key) && !strings.ContainsRune(key, 0) &&
+		!strings.HasPrefix(key, "/") && path.Clean(key) == key &&
+		key != ".." && !strings.HasPrefix(key, "../")
+}
+
+// enabled reports whether puts may be batched now: the server said it is
+// MinIO, and no batch has shown that it does not extract them.
+func (b *batcher) enabled() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.off && b.s.isMinIO.Load()
+}
+
+// slot takes a request slot if one is free and nothing queues for it.
+func (b *batcher) slot() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inflight < batchSlots && len(b.queue) == 0 {
+		b.inflight++
+		return true
+	}
+	return false
+}
+
+// put stores a small object, in a batch if requests are queueing.
+func (b *batcher) put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	if b.slot() {
+		defer b.release()
+		return b.s.putOne(ctx, key, r, size, meta)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return store.Object{}, fmt.Errorf("put %q: read the body: %w", key, err)
+	}
+	it := &batchItem{ctx: ctx, key: key, body: body, meta: meta, done: make(chan struct{})}
+	b.enqueue(it)
+	select {
+	case <-it.done:
+	case <-ctx.Done():
+		if b.withdraw(it) {
+			// Fails at once with ctx's error, as an unbatched put would.
+			return b.s.putOne(ctx, key, bytes.NewReader(body), size, meta)
+		}
+		// Its batch is on the wire, and ends with ctx (send).
+		<-it.done
+	}
+	switch {
+	case it.stored:
+		return store.Object{Key: key, Size: size, ETag: it.etag, LastModified: it.mtime, Metadata: lower(meta)}, nil
+	case it.err != nil:
+		return store.Object{}, it.err
+	}
+	return b.s.putOne(ctx, key, bytes.NewReader(body), size, meta)
+}
+
+// enqueue queues it, and sends a batch at once should a slot have freed
+// since put looked.
+func (b *batcher) enqueue(it *batchItem) {
+	b.mu.Lock()
+	b.queue = append(b.queue, it)
+	var batch []*batchItem
+	if b.inflight < batchSlots {
+		batch = b.takeLocked()
+	}
+	b.mu.Unlock()
+	if batch != nil {
+		go b.send(batch)
+	}
+}
+
+// withdraw takes it out of the queue unless a batch has taken it.
+func (b *batcher) withdraw(it *batchItem) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if it.taken {
+		return false
+	}
+	for i, q := range b.queue {
+		if q == it {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// release frees a request slot and starts a batch of what queued.
+func (b *batcher) release() {
+	b.mu.Lock()
+	b.inflight--
+	batch := b.takeLocked()
+	b.mu.Unlock()
+	if batch != nil {
+		go b.send(batch)
+	}
+}
+
+// takeLocked takes a slot and the next batch from the queue: in order,
+// at most one item per key (MinIO stores a batch's objects in parallel,
+// so two puts of a key in one batch would end in either order).
+func (b *batcher) takeLocked() []*batchItem {
+	if len(b.queue) == 0 {
+		return nil
+	}
+	var batch []*batchItem
+	keys := map[string]bool{}
+	size := 0
+	rest := b.queue[:0]
+	for _, it := range b.queue {
+		full := len(batch) == batchMaxObjects || (len(batch) > 0 && size+len(it.body) > batchMaxBytes)
+		if full || keys[it.key] {
+			rest = append(rest, it)
+			continue
+		}
+		it.taken = true
+		keys[it.key] = true
+		size += len(it.body)
+		batch = append(batch, it)
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	b.inflight++
+	return batch
+}
+
+// send stores batch and tells its items, then frees its slot.
+func (b *batcher) send(batch []*batchItem) {
+	defer b.release()
+	defer func() {
+		for _, it := range batch {
+			close(it.done)
+		}
+	}()
+	if len(batch) == 1 {
+		// Not worth a tar.
+		it := batch[0]
+		o, err := b.s.putOne(it.ctx, it.key, bytes.NewReader(it.body), int64(len(it.body)), it.meta)
+		it.stored, it.err, it.etag, it.mtime = err == nil, err, o.ETag, o.LastModified
+		return
+	}
+	// The batch ends as soon as any of its puts' contexts does: each
+	// caller's deadline bounds its own wait, and the others are put
+	// alone after.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	for _, it := range batch {
+		stop := context.AfterFunc(it.ctx, func() { cancel(context.Cause(it.ctx)) })
+		defer stop()
+	}
+	if err := b.s.putBatch(ctx, batch); err != nil {
+		b.s.cfg.logger().Warn("a batch of small objects failed; putting them one by one", "objects", len(batch), "err", err)
+		if refusesBatches(err) {
+			b.turnOff()
+		}
+		return
+	}
+	if !b.checkExtracted(ctx, batch[0]) {
+		return
+	}
+	b.mu.Lock()
+	md5ETags := b.md5ETags
+	b.mu.Unlock()
+	for _, it := range batch {
+		it.stored = true
+		if !md5ETags {
+			it.etag = "" // unknown: the next listing or HEAD tells
+		}
+	}
+}
+
+// refusesBatches reports whether a batch's failure says that the server
+// will not take batches (a policy, an older server), rather than that it
+// failed to store this one.
+func refusesBatches(err error) bool {
+	resp := minio.ToErrorResponse(err)
+	switch resp.Code {
+	case "AccessDenied", "NotImplemented", "MethodNotAllowed", "BadRequest", "InvalidArgument":
+		return true
+	}
+	return false
+}
+
+func (b *batcher) turnOff() {
+	b.mu.Lock()
+	b.off = true
+	b.mu.Unlock()
+}
+
+// checkExtracted asks, after the first batch, whether the server stored
+// its first object rather than the tar itself under that object's key,
+// and whether objects' ETags are the MD5 of their bytes.
+func (b *batcher) checkExtracted(ctx context.Context, first *batchItem) bool {
+	b.mu.Lock()
+	verified := b.verified
+	b.mu.Unlock()
+	if verified {
+		return true
+	}
+	o, err := b.s.Head(ctx, first.key)
+	if err != nil {
+		// Nothing known either way: put them one by one this time.
+		return false
+	}
+	if o.Size != int64(len(first.body)) {
+		b.s.cfg.logger().Warn("the server stored a batch of small objects as one object instead of extracting it; sending no more batches", "key", first.key)
+		b.turnOff()
+		return false
+	}
+	b.mu.Lock()
+	b.verified, b.md5ETags = true, o.ETag == first.etag
+	b.mu.Unlock()
+	return true
+}
+
+// putBatch sends batch as one tar that MinIO extracts. Every entry is
+// named relative to the keys' common directory, which goes in the prefix
+// header: MinIO checks the caller's right to put under that prefix (a
+// policy may allow puts only under the mount's prefix), then each key.
+func (s *Store) putBatch(ctx context.Context, batch []*batchItem) error {
+	prefix := commonDir(batch)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mtime := time.Now().UTC()
+	for _, it := range batch {
+		sum := md5.Sum(it.body)
+		it.etag, it.mtime = hex.EncodeToString(sum[:]), mtime
+		h := tar.Header{
+			Typeflag:   tar.TypeReg,
+			Name:       strings.TrimPrefix(it.key, prefix),
+			Size:       int64(len(it.body)),
+			Mode:       0o644,
+			ModTime:    mtime, // becomes the object's Last-Modified
+			Format:     tar.FormatPAX,
+			PAXRecords: map[string]string{},
+		}
+		for k, v := range it.meta {
+			if k == ContentTypeKey {
+				h.PAXRecords["minio.metadata.Content-Type"] = v
+				continue
+			}
+			h.PAXRecords["minio.metadata.X-Amz-Meta-"+k] = v
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			return fmt.Errorf("batch: %q: %w", it.key, err)
+		}
+		if _, err := tw.Write(it.body); err != nil {
+			return fmt.Errorf("batch: %q: %w", it.key, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	body := bytes.NewReader(buf.Bytes())
+	opts := minio.PutObjectOptions{
+		UserMetadata: map[string]string{
+			snowballExtract: "true",
+			// The whole tar is checked, as a single put's body is.
+			checksumHeader: crc32cBase64(crc32.Checksum(buf.Bytes(), castagnoli)),
+		},
+		DisableContentSha256: true,
+	}
+	if prefix != "" {
+		opts.UserMetadata[snowballPrefix] = strings.TrimSuffix(prefix, "/")
+	}
+	// The request's own key is any of the batch's: a server that ignored
+	// the extract header would store the tar there, to be overwritten
+	// by that object's own put (checkExtracted).
+	_, err := s.core.PutObject(ctx, s.bucket, batch[0].key, body, int64(body.Len()), "", "", opts)
+	if err != nil {
+		return fmt.Errorf("batch of %d objects: %w", len(batch), err)
+	}
+	return nil
+}
+
+// commonDir is the longest directory ("a/b/") holding every key of batch,
+// when it can travel in a header (printable ASCII); else "".
+func commonDir(batch []*batchItem) string {
+	dir := batch[0].key[:strings.LastIndexByte(batch[0].key, '/')+1]
+	for _, it := range batch[1:] {
+		for !strings.HasPrefix(it.key, dir) {
+			dir = dir[:strings.LastIndexByte(strings.TrimSuffix(dir, "/"), '/')+1]
+		}
+	}
+	for i := 0; i < len(dir); i++ {
+		if dir[i] < 0x20 || dir[i] > 0x7e {
+			return ""
+		}
+	}
+	return dir
+}

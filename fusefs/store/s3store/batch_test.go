@@ -1,0 +1,329 @@
+package s3store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/test/versitytest"
+)
+
+// putCase is one object a batch test puts.
+type putCase struct {
+	key  string
+	data []byte
+	meta map[string]string
+}
+
+// smallPuts are n objects of sizes 0 to 9 KiB in several directories,
+// some with metadata and a content type, one in a directory whose name
+// cannot travel in a header, and a directory marker, whose key MinIO's
+// extraction would change (it goes alone).
+func smallPuts(n int) []putCase {
+	var cs []putCase
+	for i := range n {
+		c := putCase{
+			key:  fmt.Sprintf("d%d/sub/f%04d", i%3, i),
+			data: bytes.Repeat([]byte{byte(i)}, (i*97)%(9<<10)),
+		}
+		if i%2 == 0 {
+			c.meta = map[string]string{"mode": fmt.Sprint(0o100600 + i%8), "uid": fmt.Sprint(1000 + i)}
+		}
+		if i%5 == 0 {
+			if c.meta == nil {
+				c.meta = map[string]string{}
+			}
+			c.meta[s3store.ContentTypeKey] = "text/x-objfuse"
+		}
+		cs = append(cs, c)
+	}
+	cs = append(cs,
+		putCase{key: "dé/f", data: []byte("not ascii")},
+		putCase{key: "marker/", data: []byte{}}, // a directory marker: goes alone
+		putCase{key: "top", data: []byte("at the root")},
+	)
+	return cs
+}
+
+// putAll puts every case at once and fails the test on any error.
+func putAll(t *testing.T, st *s3store.Store, cases []putCase) map[string]store.Object {
+	t.Helper()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		got   = map[string]store.Object{}
+		start = make(chan struct{})
+	)
+	for _, c := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			o, err := st.Put(t.Context(), c.key, bytes.NewReader(c.data), int64(len(c.data)), c.meta)
+			if err != nil {
+				t.Errorf("put %q: %v", c.key, err)
+				return
+			}
+			mu.Lock()
+			got[c.key] = o
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return got
+}
+
+// checkStored reads every case back from S3 with a plain client: bytes,
+// user metadata and content type, and the ETag Put returned.
+func checkStored(t *testing.T, c *minio.Client, bucket string, cases []putCase, returned map[string]store.Object) {
+	t.Helper()
+	ctx := t.Context()
+	for _, pc := range cases {
+		obj, err := c.GetObject(ctx, bucket, pc.key, minio.GetObjectOptions{})
+		if err != nil {
+			t.Errorf("get %q: %v", pc.key, err)
+			continue
+		}
+		data, err := io.ReadAll(obj)
+		obj.Close()
+		if err != nil || !bytes.Equal(data, pc.data) {
+			t.Errorf("%q: %d bytes stored, want %d (%v)", pc.key, len(data), len(pc.data), err)
+			continue
+		}
+		info, err := c.StatObject(ctx, bucket, pc.key, minio.StatObjectOptions{})
+		if err != nil {
+			t.Errorf("stat %q: %v", pc.key, err)
+			continue
+		}
+		for k, v := range pc.meta {
+			have := info.UserMetadata[http.CanonicalHeaderKey(k)]
+			if k == s3store.ContentTypeKey {
+				have = info.ContentType
+			}
+			if have != v {
+				t.Errorf("%q: metadata %s is %q, want %q", pc.key, k, have, v)
+			}
+		}
+		if r, ok := returned[pc.key]; ok && r.ETag != "" && r.ETag != info.ETag {
+			t.Errorf("%q: Put said ETag %q, S3 has %q", pc.key, r.ETag, info.ETag)
+		}
+	}
+}
+
+// listKeys is every key in bucket, sorted.
+func listKeys(t *testing.T, c *minio.Client, bucket string) []string {
+	t.Helper()
+	var keys []string
+	for o := range c.ListObjects(t.Context(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		keys = append(keys, o.Key)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func keysOf(cases []putCase) []string {
+	var keys []string
+	for _, c := range cases {
+		keys = append(keys, c.key)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Many small puts at once on MinIO share requests, and every object is
+// stored as if put alone: its bytes, metadata, content type and ETag.
+func TestConcurrentSmallPutsShareRequests(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	var puts atomic.Int32
+	cfg := srv.Config()
+	cfg.Observe = func(op, status string, _ time.Duration) {
+		if op == "PUT" {
+			puts.Add(1)
+		}
+	}
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(t.Context()); err != nil { // the first response says MinIO
+		t.Fatal(err)
+	}
+	cases := smallPuts(300)
+	returned := putAll(t, st, cases)
+	checkStored(t, srv.Client(), bucket, cases, returned)
+	if got, want := listKeys(t, srv.Client(), bucket), keysOf(cases); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bucket holds %d keys %v..., want %d", len(got), got[:min(5, len(got))], len(want))
+	}
+	if n := puts.Load(); n >= int32(len(cases))/2 {
+		t.Errorf("%d objects took %d PUT requests: not batched", len(cases), n)
+	}
+	t.Logf("%d objects in %d PUT requests", len(cases), puts.Load())
+
+	// The store without batching sends a request per object.
+	puts.Store(0)
+	cfg.NoBatching = true
+	alone, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alone.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	putAll(t, alone, cases[:50])
+	if n := puts.Load(); n != 50 {
+		t.Errorf("without batching, 50 objects took %d PUT requests", n)
+	}
+}
+
+// sayingMinIO fronts endpoint with a proxy whose responses claim to come
+// from MinIO, and counts the batches that pass through it.
+func sayingMinIO(t *testing.T, cfg s3store.Config) (s3store.Config, *atomic.Int32) {
+	t.Helper()
+	target, err := url.Parse(cfg.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batches atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	direct := proxy.Director
+	proxy.Director = func(r *http.Request) {
+		direct(r)
+		if r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true" {
+			batches.Add(1)
+		}
+	}
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Set("Server", "MinIO")
+		return nil
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	cfg.Endpoint = front.URL
+	return cfg, &batches
+}
+
+// A server that says it is MinIO but stores a batch as one object (an
+// old MinIO, or another server behind a proxy) gets no batch after the
+// first ones, and every object ends as put alone, with no tar left.
+func TestBatchesStoredAsTarsStopAndArePutAgain(t *testing.T) {
+	vsrv, stop, err := versitytest.StartShared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	bucket := vsrv.NewBucket(t)
+	cfg, batches := sayingMinIO(t, vsrv.Config())
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s3store.NewClient(vsrv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := smallPuts(120)
+	returned := putAll(t, st, cases)
+	checkStored(t, c, bucket, cases, returned)
+	if got, want := listKeys(t, c, bucket), keysOf(cases); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bucket holds %d keys, want %d", len(got), len(want))
+	}
+	first := batches.Load()
+	if first == 0 {
+		t.Fatal("no batch was sent: the test proves nothing")
+	}
+	putAll(t, st, cases)
+	if n := batches.Load(); n != first {
+		t.Errorf("%d more batches sent after the server stored one as a tar", n-first)
+	}
+}
+
+// A put queued for a batch whose caller gives up returns with its
+// context's error and is not stored; the others queued with it are.
+func TestQueuedPutsEndWithTheirContext(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	gate := make(chan struct{})
+	var held atomic.Int32
+	target, _ := url.Parse(srv.Endpoint)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			held.Add(1)
+			<-gate
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	cfg := srv.Config()
+	cfg.Endpoint = front.URL
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	put := func(ctx context.Context, key string) error {
+		_, err := st.Put(ctx, key, bytes.NewReader([]byte(key)), int64(len(key)), nil)
+		return err
+	}
+	// Fill every request slot with a put held by the proxy.
+	errs := make(chan error, 16)
+	const slots = 4
+	for i := range slots {
+		go func() { errs <- put(t.Context(), fmt.Sprintf("held%d", i)) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for held.Load() < slots {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d puts reached the server", held.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	queued := []string{"q/a", "q/b", "q/c"}
+	for _, k := range queued {
+		go func() { errs <- put(t.Context(), k) }()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := put(ctx, "q/given-up"); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("a queued put past its deadline returned %v", err)
+	}
+	if n := held.Load(); n != slots {
+		t.Errorf("%d requests reached the server while every slot was held, want %d", n, slots)
+	}
+	close(gate)
+	for range slots + len(queued) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	want := []string{"held0", "held1", "held2", "held3", "q/a", "q/b", "q/c"}
+	if got := listKeys(t, srv.Client(), bucket); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bucket holds %v, want %v", got, want)
+	}
+}
