@@ -36,7 +36,7 @@ import (
 const (
 	// batchSlots is how many small-object requests run at once before
 	// further puts queue for the next batch.
-	batchSlots = 4
+	batchSlots = 2
 	// batchMaxObjects and batchMaxBytes bound one batch.
 	batchMaxObjects = 128
 	batchMaxBytes   = 8 << 20
