@@ -27,16 +27,19 @@ const (
 	// shared bucket; in a volume context it is the volume's own prefix.
 	ParamPrefix = "prefix"
 
-	ParamUID            = "uid"
-	ParamGID            = "gid"
-	ParamFileMode       = "fileMode"
-	ParamDirMode        = "dirMode"
-	ParamStatTTL        = "statTTL"
-	ParamListTTL        = "listTTL"
-	ParamAsyncClose     = "asyncClose"
-	ParamPartSizeMiB    = "partSizeMiB"
-	ParamConcurrency    = "concurrency"
-	ParamMemoryLimitMiB = "memoryLimitMiB"
+	ParamUID        = "uid"
+	ParamGID        = "gid"
+	ParamFileMode   = "fileMode"
+	ParamDirMode    = "dirMode"
+	ParamStatTTL    = "statTTL"
+	ParamListTTL    = "listTTL"
+	ParamAsyncClose = "asyncClose"
+	// ParamBatchSmallUploads "false" sends every small file alone, also
+	// to MinIO (objfuse-mount --no-batching).
+	ParamBatchSmallUploads = "batchSmallUploads"
+	ParamPartSizeMiB       = "partSizeMiB"
+	ParamConcurrency       = "concurrency"
+	ParamMemoryLimitMiB    = "memoryLimitMiB"
 	// ParamReadCacheMiB turns on the mounter's local cache of randomly
 	// read ranges, in its staging emptyDir (whose size limit must allow it).
 	ParamReadCacheMiB = "readCacheMiB"
@@ -80,6 +83,7 @@ type MountOptions struct {
 	FileMode, DirMode string // octal, as objfuse-mount takes them
 	StatTTL, ListTTL  time.Duration
 	AsyncClose        bool
+	NoBatching        bool
 	PartSizeMiB       int
 	Concurrency       int
 	MemoryLimitMiB    int
@@ -115,7 +119,7 @@ func (e *ParseError) Error() string {
 var known = map[string]bool{
 	ParamEndpoint: true, ParamRegion: true, ParamPathStyle: true, ParamBucket: true, ParamPrefix: true,
 	ParamUID: true, ParamGID: true, ParamFileMode: true, ParamDirMode: true, ParamStatTTL: true,
-	ParamListTTL: true, ParamAsyncClose: true, ParamPartSizeMiB: true, ParamConcurrency: true,
+	ParamListTTL: true, ParamAsyncClose: true, ParamBatchSmallUploads: true, ParamPartSizeMiB: true, ParamConcurrency: true,
 	ParamMemoryLimitMiB: true, ParamReadCacheMiB: true, ParamMounterMemoryLimit: true, ParamMounterCPURequest: true,
 }
 
@@ -258,6 +262,13 @@ func parseMount(in map[string]string) (MountOptions, error) {
 		}
 		m.AsyncClose = b
 	}
+	if v, ok := in[ParamBatchSmallUploads]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return m, &ParseError{Param: ParamBatchSmallUploads, Value: v, Reason: "want true or false"}
+		}
+		m.NoBatching = !b
+	}
 	for _, n := range []struct {
 		name     string
 		dst      *int
@@ -309,6 +320,9 @@ func (m MountOptions) Map() map[string]string {
 	}
 	if m.AsyncClose {
 		out[ParamAsyncClose] = "true"
+	}
+	if m.NoBatching {
+		out[ParamBatchSmallUploads] = "false"
 	}
 	if m.PartSizeMiB != 0 {
 		out[ParamPartSizeMiB] = strconv.Itoa(m.PartSizeMiB)

@@ -75,6 +75,8 @@ func TestParseParams(t *testing.T) {
 		{"read cache", map[string]string{"readCacheMiB": "512"}, "", ""},
 		{"read cache zero", map[string]string{"readCacheMiB": "0"}, "readCacheMiB", ""},
 		{"read cache not a number", map[string]string{"readCacheMiB": "1Gi"}, "readCacheMiB", ""},
+		{"batching off", map[string]string{"batchSmallUploads": "false"}, "", ""},
+		{"batching neither on nor off", map[string]string{"batchSmallUploads": "sometimes"}, "batchSmallUploads", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +91,12 @@ func TestParseParams(t *testing.T) {
 				t.Fatalf("shared bucket %q, want %q", p.SharedBucket, tc.shared)
 			}
 		})
+	}
+	for v, off := range map[string]bool{"false": true, "true": false} {
+		p, err := ParseParams(map[string]string{"batchSmallUploads": v}, def)
+		if err != nil || p.Mount.NoBatching != off || (p.Mount.Map()["batchSmallUploads"] == "false") != off {
+			t.Errorf("batchSmallUploads=%s: NoBatching %v, context %v (%v)", v, p.Mount.NoBatching, p.Mount.Map(), err)
+		}
 	}
 	if _, err := ParseParams(nil, Defaults{}); err == nil || !strings.Contains(err.Error(), "--s3-endpoint") {
 		t.Errorf("no endpoint anywhere: %v", err)
@@ -111,12 +119,12 @@ func TestIDRoundTrip(t *testing.T) {
 func TestContextRoundTrip(t *testing.T) {
 	uid := uint32(1000)
 	v := Volume{ID: ID{S3: S3{Endpoint: "http://m:9000", Region: "us-east-1", PathStyle: true}, Bucket: "shared", Prefix: "v/pvc-1/"},
-		Mount: MountOptions{UID: &uid, FileMode: "0640", AsyncClose: true, ReadCacheMiB: 256}}
+		Mount: MountOptions{UID: &uid, FileMode: "0640", AsyncClose: true, NoBatching: true, ReadCacheMiB: 256}}
 	got, err := FromContext("anything", v.Context(), Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != v.ID || *got.Mount.UID != 1000 || got.Mount.FileMode != "0640" || !got.Mount.AsyncClose || got.Mount.ReadCacheMiB != 256 {
+	if got.ID != v.ID || *got.Mount.UID != 1000 || got.Mount.FileMode != "0640" || !got.Mount.AsyncClose || !got.Mount.NoBatching || got.Mount.ReadCacheMiB != 256 {
 		t.Fatalf("round trip: %+v", got)
 	}
 	// What csi-provisioner adds to every volume context.

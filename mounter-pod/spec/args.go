@@ -71,6 +71,9 @@ func (m Mounter) Args(socket, credentialsDir, stagingDir string) []string {
 	if o.AsyncClose {
 		args = append(args, "--async-close")
 	}
+	if o.NoBatching {
+		args = append(args, "--no-batching")
+	}
 	if o.PartSizeMiB != 0 {
 		args = append(args, fmt.Sprintf("--part-size-mib=%d", o.PartSizeMiB))
 	}
