@@ -327,3 +327,56 @@ func TestQueuedPutsEndWithTheirContext(t *testing.T) {
 		t.Errorf("bucket holds %v, want %v", got, want)
 	}
 }
+
+// BenchmarkSmallPuts: 4 KiB puts from 32 goroutines at once, as many
+// asynchronous closes make them, by the raw minio-go client, by the
+// store sending each alone, and by the store batching them.
+func BenchmarkSmallPuts(b *testing.B) {
+	srv := miniotest.Start(b)
+	bucket := srv.NewBucket(b)
+	body := bytes.Repeat([]byte("x"), 4096)
+	var seq atomic.Int64
+	key := func() string { return fmt.Sprintf("b/f%08d", seq.Add(1)) }
+	run := func(b *testing.B, put func(key string) error) {
+		b.SetParallelism(16) // × GOMAXPROCS goroutines
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := put(key()); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "files/s")
+	}
+	b.Run("raw-minio-go", func(b *testing.B) {
+		c := srv.Client()
+		run(b, func(k string) error {
+			_, err := c.PutObject(b.Context(), bucket, k, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{DisableContentSha256: true})
+			return err
+		})
+	})
+	for _, alone := range []bool{true, false} {
+		name := "objfuse-batched"
+		if alone {
+			name = "objfuse-alone"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := srv.Config()
+			cfg.NoBatching = alone
+			st, err := s3store.New(cfg, bucket)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Check(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			meta := map[string]string{"mode": "33188", "uid": "0", "gid": "0", "mtime": "1700000000"}
+			run(b, func(k string) error {
+				_, err := st.Put(b.Context(), k, bytes.NewReader(body), int64(len(body)), meta)
+				return err
+			})
+		})
+	}
+}
