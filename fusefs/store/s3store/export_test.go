@@ -25,3 +25,6 @@ func HalfCloseIdleRawConns(s *Store) {
 
 // SetMaxParts lowers S3's limit on parts, so that tests reach it cheaply.
 func SetMaxParts(s *Store, n int) { s.maxParts = n }
+
+// BatchSlots is how many small puts go out before the rest queue.
+const BatchSlots = batchSlots
