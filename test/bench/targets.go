@@ -126,16 +126,6 @@ func performanceTargets(largestLs int) []target {
 			want := referenceAsyncCreate * scale
 			return fmt.Sprintf("%.0f files/s vs %.0f (scale %.2f, the median of %s)", o, want, scale, from), o > want, true
 		}},
-		// Read without PEERS.md's reference rate: ahead of whatever the
-		// raw client can do with small PUTs here, however many at once.
-		{what: "1000 creates, async close, ahead of this run's raw small PUTs, 32 in parallel", judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
-			o, ok1 := med("objfuse-async", "create_fps")
-			par, ok2 := med(rawName, "create_par_fps")
-			if !ok1 || !ok2 {
-				return "", false, false
-			}
-			return fmt.Sprintf("%.0f files/s vs %.0f", o, par), o > par, true
-		}},
 		ratioTarget(fmt.Sprintf("`ls -l` %d cold ≤ 1.3 × raw ListObjectsV2", largestLs), "objfuse", fmt.Sprintf("ls_cold_%d", largestLs), 1.3, true),
 		ratioTarget("stat of a never-listed file p50 ≤ 1.5 × one HEAD", "objfuse", "stat_p50", 1.5, true),
 		ratioTarget("first random 4 KiB read p50 ≤ 1.2 × one ranged GET", "objfuse", "rand_p50", 1.2, true),
