@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -86,7 +87,7 @@ type batcher struct {
 func batchable(key string) bool {
 	return key != "" && utf8.ValidString(key) && !strings.ContainsRune(key, 0) &&
 		!strings.HasPrefix(key, "/") && path.Clean(key) == key &&
-		key != ".." && !strings.HasPrefix(key, "../")
+		key != "." && key != ".." && !strings.HasPrefix(key, "../")
 }
 
 // enabled reports whether puts may be batched now: the server said it is
@@ -195,6 +196,8 @@ func (b *batcher) takeLocked() []*batchItem {
 	for _, it := range b.queue {
 		full := len(batch) == batchMaxObjects || (len(batch) > 0 && size+len(it.body) > batchMaxBytes)
 		if full || keys[it.key] {
+			// A later put of the same key waits too: it must land last.
+			keys[it.key] = true
 			rest = append(rest, it)
 			continue
 		}
@@ -217,6 +220,10 @@ func (b *batcher) send(batch []*batchItem) {
 			close(it.done)
 		}
 	}()
+	if !b.enabled() {
+		// Turned off since these queued: each puts itself.
+		return
+	}
 	if len(batch) == 1 {
 		// Not worth a tar.
 		it := batch[0]
@@ -257,10 +264,15 @@ func (b *batcher) send(batch []*batchItem) {
 // refusesBatches reports whether a batch's failure says that the server
 // will not take batches (a policy, an older server), rather than that it
 // failed to store this one.
+// MinIO answers BadRequest for any object of the batch it failed to
+// store; that is a failure of this batch only.
 func refusesBatches(err error) bool {
-	resp := minio.ToErrorResponse(err)
+	var resp minio.ErrorResponse
+	if !errors.As(err, &resp) {
+		return false
+	}
 	switch resp.Code {
-	case "AccessDenied", "NotImplemented", "MethodNotAllowed", "BadRequest", "InvalidArgument":
+	case "AccessDenied", "NotImplemented", "MethodNotAllowed":
 		return true
 	}
 	return false
@@ -306,18 +318,26 @@ func (s *Store) putBatch(ctx context.Context, batch []*batchItem) error {
 	prefix := commonDir(batch)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	mtime := time.Now().UTC()
+	sent := time.Now().UTC()
 	for _, it := range batch {
 		sum := md5.Sum(it.body)
-		it.etag, it.mtime = hex.EncodeToString(sum[:]), mtime
+		it.etag, it.mtime = hex.EncodeToString(sum[:]), sent
 		h := tar.Header{
-			Typeflag:   tar.TypeReg,
-			Name:       strings.TrimPrefix(it.key, prefix),
-			Size:       int64(len(it.body)),
-			Mode:       0o644,
-			ModTime:    mtime, // becomes the object's Last-Modified
-			Format:     tar.FormatPAX,
-			PAXRecords: map[string]string{},
+			Typeflag: tar.TypeReg,
+			Name:     strings.TrimPrefix(it.key, prefix),
+			Size:     int64(len(it.body)),
+			Mode:     0o644,
+			// An entry's time becomes its object's Last-Modified, which
+			// also orders a versioned bucket's versions: the epoch makes
+			// MinIO take its own clock, as for a single PUT, rather than
+			// this one's.
+			ModTime: time.Unix(0, 0),
+			Format:  tar.FormatPAX,
+			PAXRecords: map[string]string{
+				// What minio-go sends for a single PUT without one;
+				// MinIO's own default differs.
+				"minio.metadata.Content-Type": "application/octet-stream",
+			},
 		}
 		for k, v := range it.meta {
 			if k == ContentTypeKey {
@@ -358,19 +378,26 @@ func (s *Store) putBatch(ctx context.Context, batch []*batchItem) error {
 	return nil
 }
 
-// commonDir is the longest directory ("a/b/") holding every key of batch,
-// when it can travel in a header (printable ASCII); else "".
+// commonDir is the longest directory ("a/b/") holding every key of batch
+// that travels in a header unchanged: printable ASCII, and (as HTTP trims
+// header values) neither starting nor ending with a space; else "".
 func commonDir(batch []*batchItem) string {
+	parent := func(dir string) string {
+		return dir[:strings.LastIndexByte(strings.TrimSuffix(dir, "/"), '/')+1]
+	}
 	dir := batch[0].key[:strings.LastIndexByte(batch[0].key, '/')+1]
 	for _, it := range batch[1:] {
 		for !strings.HasPrefix(it.key, dir) {
-			dir = dir[:strings.LastIndexByte(strings.TrimSuffix(dir, "/"), '/')+1]
+			dir = parent(dir)
 		}
 	}
 	for i := 0; i < len(dir); i++ {
 		if dir[i] < 0x20 || dir[i] > 0x7e {
 			return ""
 		}
+	}
+	for dir != "" && strings.TrimSpace(strings.TrimSuffix(dir, "/")) != strings.TrimSuffix(dir, "/") {
+		dir = parent(dir)
 	}
 	return dir
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,20 @@ func smallPuts(n int) []putCase {
 	return cs
 }
 
+// prefixedPuts are n objects under one directory, so that batches of them
+// name it in the prefix header: dir is sent whole, or its parent when
+// dir ends with a space, which HTTP would trim from the header.
+func prefixedPuts(dir string, n int) []putCase {
+	var cs []putCase
+	for i := range n {
+		cs = append(cs, putCase{key: fmt.Sprintf("%sf%03d", dir, i), data: []byte(dir + fmt.Sprint(i))})
+		if i%4 == 0 {
+			cs = append(cs, putCase{key: fmt.Sprintf("%ssub/g%03d", dir, i), data: []byte("deeper")})
+		}
+	}
+	return cs
+}
+
 // putAll puts every case at once and fails the test on any error.
 func putAll(t *testing.T, st *s3store.Store, cases []putCase) map[string]store.Object {
 	t.Helper()
@@ -91,8 +106,9 @@ func putAll(t *testing.T, st *s3store.Store, cases []putCase) map[string]store.O
 }
 
 // checkStored reads every case back from S3 with a plain client: bytes,
-// user metadata and content type, and the ETag Put returned.
-func checkStored(t *testing.T, c *minio.Client, bucket string, cases []putCase, returned map[string]store.Object) {
+// user metadata and content type (a single PUT's default when none was
+// set), and the ETag Put returned (which must be known with etags).
+func checkStored(t *testing.T, c *minio.Client, bucket string, cases []putCase, returned map[string]store.Object, etags bool) {
 	t.Helper()
 	ctx := t.Context()
 	for _, pc := range cases {
@@ -112,7 +128,14 @@ func checkStored(t *testing.T, c *minio.Client, bucket string, cases []putCase, 
 			t.Errorf("stat %q: %v", pc.key, err)
 			continue
 		}
+		want := map[string]string{}
+		if !strings.HasSuffix(pc.key, "/") { // servers type markers as they please
+			want[s3store.ContentTypeKey] = "application/octet-stream"
+		}
 		for k, v := range pc.meta {
+			want[k] = v
+		}
+		for k, v := range want {
 			have := info.UserMetadata[http.CanonicalHeaderKey(k)]
 			if k == s3store.ContentTypeKey {
 				have = info.ContentType
@@ -121,8 +144,12 @@ func checkStored(t *testing.T, c *minio.Client, bucket string, cases []putCase, 
 				t.Errorf("%q: metadata %s is %q, want %q", pc.key, k, have, v)
 			}
 		}
-		if r, ok := returned[pc.key]; ok && r.ETag != "" && r.ETag != info.ETag {
+		r := returned[pc.key]
+		if (etags || r.ETag != "") && r.ETag != info.ETag {
 			t.Errorf("%q: Put said ETag %q, S3 has %q", pc.key, r.ETag, info.ETag)
+		}
+		if age := time.Since(info.LastModified); age < -time.Minute || age > time.Hour {
+			t.Errorf("%q: Last-Modified %v is not the server's time of the put", pc.key, info.LastModified)
 		}
 	}
 }
@@ -169,16 +196,20 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	if err := st.Check(t.Context()); err != nil { // the first response says MinIO
 		t.Fatal(err)
 	}
-	cases := smallPuts(300)
-	returned := putAll(t, st, cases)
-	checkStored(t, srv.Client(), bucket, cases, returned)
-	if got, want := listKeys(t, srv.Client(), bucket), keysOf(cases); fmt.Sprint(got) != fmt.Sprint(want) {
+	var all []putCase
+	for _, cases := range [][]putCase{smallPuts(300), prefixedPuts("vol/data/", 200), prefixedPuts("vol/dir /", 200)} {
+		puts.Store(0)
+		returned := putAll(t, st, cases)
+		checkStored(t, srv.Client(), bucket, cases, returned, true)
+		if n := puts.Load(); n >= int32(len(cases))/2 {
+			t.Errorf("%d objects took %d PUT requests: not batched", len(cases), n)
+		}
+		t.Logf("%d objects in %d PUT requests", len(cases), puts.Load())
+		all = append(all, cases...)
+	}
+	if got, want := listKeys(t, srv.Client(), bucket), keysOf(all); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("bucket holds %d keys %v..., want %d", len(got), got[:min(5, len(got))], len(want))
 	}
-	if n := puts.Load(); n >= int32(len(cases))/2 {
-		t.Errorf("%d objects took %d PUT requests: not batched", len(cases), n)
-	}
-	t.Logf("%d objects in %d PUT requests", len(cases), puts.Load())
 
 	// The store without batching sends a request per object.
 	puts.Store(0)
@@ -190,7 +221,7 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	if err := alone.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	putAll(t, alone, cases[:50])
+	putAll(t, alone, all[:50])
 	if n := puts.Load(); n != 50 {
 		t.Errorf("without batching, 50 objects took %d PUT requests", n)
 	}
@@ -247,13 +278,16 @@ func TestBatchesStoredAsTarsStopAndArePutAgain(t *testing.T) {
 	}
 	cases := smallPuts(120)
 	returned := putAll(t, st, cases)
-	checkStored(t, c, bucket, cases, returned)
+	checkStored(t, c, bucket, cases, returned, false)
 	if got, want := listKeys(t, c, bucket), keysOf(cases); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("bucket holds %d keys, want %d", len(got), len(want))
 	}
 	first := batches.Load()
 	if first == 0 {
 		t.Fatal("no batch was sent: the test proves nothing")
+	}
+	if first > s3store.BatchSlots {
+		t.Errorf("%d batches sent: more than were in flight when the first was found stored as a tar", first)
 	}
 	putAll(t, st, cases)
 	if n := batches.Load(); n != first {
@@ -385,5 +419,50 @@ func BenchmarkSmallPuts(b *testing.B) {
 				return err
 			})
 		})
+	}
+}
+
+// A server that refuses batches (NotImplemented: a gateway, a policy) is
+// sent no more once it has, and every object is stored alone.
+func TestRefusedBatchesStop(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	target, _ := url.Parse(srv.Endpoint)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var batches atomic.Int32
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true" {
+			batches.Add(1)
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusNotImplemented)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented</Message></Error>`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	cfg := srv.Config()
+	cfg.Endpoint = front.URL
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cases := smallPuts(120)
+	returned := putAll(t, st, cases)
+	checkStored(t, srv.Client(), bucket, cases, returned, true)
+	first := batches.Load()
+	if first == 0 {
+		t.Fatal("no batch was sent: the test proves nothing")
+	}
+	if first > s3store.BatchSlots {
+		t.Errorf("%d batches sent: more than were in flight when the first was refused", first)
+	}
+	putAll(t, st, cases)
+	if n := batches.Load(); n != first {
+		t.Errorf("%d more batches sent after the server refused one", n-first)
 	}
 }
