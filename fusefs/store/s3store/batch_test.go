@@ -76,6 +76,20 @@ func prefixedPuts(dir string, n int) []putCase {
 	return cs
 }
 
+// checkedStore is a store of bucket that has made its first request, so
+// that it knows whether the server says it is MinIO.
+func checkedStore(t testing.TB, cfg s3store.Config, bucket string) *s3store.Store {
+	t.Helper()
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // putAll puts every case at once and fails the test on any error.
 func putAll(t *testing.T, st *s3store.Store, cases []putCase) map[string]store.Object {
 	t.Helper()
@@ -189,13 +203,7 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 			puts.Add(1)
 		}
 	}
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Check(t.Context()); err != nil { // the first response says MinIO
-		t.Fatal(err)
-	}
+	st := checkedStore(t, cfg, bucket)
 	var all []putCase
 	for _, cases := range [][]putCase{smallPuts(300), prefixedPuts("vol/data/", 200), prefixedPuts("vol/dir /", 200)} {
 		puts.Store(0)
@@ -214,13 +222,7 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	// The store without batching sends a request per object.
 	puts.Store(0)
 	cfg.NoBatching = true
-	alone, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := alone.Check(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	alone := checkedStore(t, cfg, bucket)
 	putAll(t, alone, all[:50])
 	if n := puts.Load(); n != 50 {
 		t.Errorf("without batching, 50 objects took %d PUT requests", n)
@@ -265,20 +267,22 @@ func TestBatchesStoredAsTarsStopAndArePutAgain(t *testing.T) {
 	t.Cleanup(stop)
 	bucket := vsrv.NewBucket(t)
 	cfg, batches := sayingMinIO(t, vsrv.Config())
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Check(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	st := checkedStore(t, cfg, bucket)
 	c, err := s3store.NewClient(vsrv.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
+	batchesStopAfter(t, st, c, bucket, batches, false, "found stored as a tar")
+}
+
+// batchesStopAfter puts small objects twice over, at once, through st:
+// every object must end as put alone, and once the server has shown it
+// does not take batches (why), none may go out after those in flight.
+func batchesStopAfter(t *testing.T, st *s3store.Store, c *minio.Client, bucket string, batches *atomic.Int32, etags bool, why string) {
+	t.Helper()
 	cases := smallPuts(120)
 	returned := putAll(t, st, cases)
-	checkStored(t, c, bucket, cases, returned, false)
+	checkStored(t, c, bucket, cases, returned, etags)
 	if got, want := listKeys(t, c, bucket), keysOf(cases); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("bucket holds %d keys, want %d", len(got), len(want))
 	}
@@ -287,11 +291,11 @@ func TestBatchesStoredAsTarsStopAndArePutAgain(t *testing.T) {
 		t.Fatal("no batch was sent: the test proves nothing")
 	}
 	if first > s3store.BatchSlots {
-		t.Errorf("%d batches sent: more than were in flight when the first was found stored as a tar", first)
+		t.Errorf("%d batches sent: more than were in flight when the first was %s", first, why)
 	}
 	putAll(t, st, cases)
 	if n := batches.Load(); n != first {
-		t.Errorf("%d more batches sent after the server stored one as a tar", n-first)
+		t.Errorf("%d more batches sent after the server's batch was %s", n-first, why)
 	}
 }
 
@@ -317,13 +321,7 @@ func TestQueuedPutsEndWithTheirContext(t *testing.T) {
 	t.Cleanup(release) // before front.Close, which waits for held requests
 	cfg := srv.Config()
 	cfg.Endpoint = front.URL
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Check(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	st := checkedStore(t, cfg, bucket)
 	put := func(ctx context.Context, key string) error {
 		_, err := st.Put(ctx, key, bytes.NewReader([]byte(key)), int64(len(key)), nil)
 		return err
@@ -406,13 +404,7 @@ func BenchmarkSmallPuts(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := srv.Config()
 			cfg.NoBatching = alone
-			st, err := s3store.New(cfg, bucket)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := st.Check(b.Context()); err != nil {
-				b.Fatal(err)
-			}
+			st := checkedStore(b, cfg, bucket)
 			meta := map[string]string{"mode": "33188", "uid": "0", "gid": "0", "mtime": "1700000000"}
 			run(b, func(k string) error {
 				_, err := st.Put(b.Context(), k, bytes.NewReader(body), int64(len(body)), meta)
@@ -444,25 +436,6 @@ func TestRefusedBatchesStop(t *testing.T) {
 	t.Cleanup(front.Close)
 	cfg := srv.Config()
 	cfg.Endpoint = front.URL
-	st, err := s3store.New(cfg, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Check(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	cases := smallPuts(120)
-	returned := putAll(t, st, cases)
-	checkStored(t, srv.Client(), bucket, cases, returned, true)
-	first := batches.Load()
-	if first == 0 {
-		t.Fatal("no batch was sent: the test proves nothing")
-	}
-	if first > s3store.BatchSlots {
-		t.Errorf("%d batches sent: more than were in flight when the first was refused", first)
-	}
-	putAll(t, st, cases)
-	if n := batches.Load(); n != first {
-		t.Errorf("%d more batches sent after the server refused one", n-first)
-	}
+	st := checkedStore(t, cfg, bucket)
+	batchesStopAfter(t, st, srv.Client(), bucket, &batches, true, "refused")
 }
