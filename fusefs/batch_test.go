@@ -22,7 +22,7 @@ func TestAsyncClosesShareRequestsOnMinIO(t *testing.T) {
 	var puts atomic.Int32
 	cfg := srv.Config()
 	cfg.Observe = func(op, _ string, _ time.Duration) {
-		if op == "PUT" {
+		if op == "PUT" || op == "PUT_BATCH" {
 			puts.Add(1)
 		}
 	}

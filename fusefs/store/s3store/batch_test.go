@@ -199,7 +199,7 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	var puts atomic.Int32
 	cfg := srv.Config()
 	cfg.Observe = func(op, status string, _ time.Duration) {
-		if op == "PUT" {
+		if op == "PUT" || op == "PUT_BATCH" {
 			puts.Add(1)
 		}
 	}

@@ -63,8 +63,9 @@ func (o observed) CloseIdleConnections() {
 }
 
 // Operation names what an S3 request does, in a few values fit for a
-// metric label: LIST, GET, HEAD, PUT, UPLOAD_PART, DELETE, POST (starting
-// or completing a multipart upload, deleting many keys), else OTHER.
+// metric label: LIST, GET, HEAD, PUT, PUT_BATCH (small objects in one
+// request, batch.go), UPLOAD_PART, DELETE, POST (starting or completing a
+// multipart upload, deleting many keys), else OTHER.
 func Operation(req *http.Request) string {
 	q := req.URL.Query()
 	switch req.Method {
@@ -76,6 +77,9 @@ func Operation(req *http.Request) string {
 	case http.MethodPut:
 		if q.Has("partNumber") {
 			return "UPLOAD_PART"
+		}
+		if req.Header.Get(snowballExtract) == "true" {
+			return "PUT_BATCH"
 		}
 		return "PUT"
 	case http.MethodHead, http.MethodDelete, http.MethodPost:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -20,21 +21,25 @@ import (
 func TestOperationNamesRequests(t *testing.T) {
 	tests := []struct {
 		method, target, want string
+		header               http.Header
 	}{
-		{"GET", "/b/k", "GET"},
-		{"GET", "/b/?list-type=2&prefix=a%2F&delimiter=%2F", "LIST"},
-		{"GET", "/b/?prefix=a", "LIST"},
-		{"GET", "/b/?location=", "GET"},
-		{"HEAD", "/b/k", "HEAD"},
-		{"PUT", "/b/k", "PUT"},
-		{"PUT", "/b/k?partNumber=3&uploadId=u", "UPLOAD_PART"},
-		{"POST", "/b/k?uploads=", "POST"},
-		{"DELETE", "/b/k", "DELETE"},
-		{"OPTIONS", "/b/k", "OTHER"},
+		{"GET", "/b/k", "GET", nil},
+		{"GET", "/b/?list-type=2&prefix=a%2F&delimiter=%2F", "LIST", nil},
+		{"GET", "/b/?prefix=a", "LIST", nil},
+		{"GET", "/b/?location=", "GET", nil},
+		{"HEAD", "/b/k", "HEAD", nil},
+		{"PUT", "/b/k", "PUT", nil},
+		{"PUT", "/b/k?partNumber=3&uploadId=u", "UPLOAD_PART", nil},
+		{"PUT", "/b/k", "PUT_BATCH", http.Header{"X-Amz-Meta-Snowball-Auto-Extract": {"true"}}},
+		{"POST", "/b/k?uploads=", "POST", nil},
+		{"DELETE", "/b/k", "DELETE", nil},
+		{"OPTIONS", "/b/k", "OTHER", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
-			if got := s3store.Operation(httptest.NewRequest(tc.method, tc.target, nil)); got != tc.want {
+			req := httptest.NewRequest(tc.method, tc.target, nil)
+			maps.Copy(req.Header, tc.header)
+			if got := s3store.Operation(req); got != tc.want {
 				t.Errorf("Operation = %q, want %q", got, tc.want)
 			}
 		})
