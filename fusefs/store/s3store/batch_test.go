@@ -1,6 +1,7 @@
 package s3store_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -184,8 +185,12 @@ func listKeys(t *testing.T, c *minio.Client, bucket string) []string {
 
 func keysOf(cases []putCase) []string {
 	var keys []string
+	seen := map[string]bool{}
 	for _, c := range cases {
-		keys = append(keys, c.key)
+		if !seen[c.key] {
+			seen[c.key] = true
+			keys = append(keys, c.key)
+		}
 	}
 	sort.Strings(keys)
 	return keys
@@ -197,7 +202,7 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
 	var puts atomic.Int32
-	cfg := srv.Config()
+	cfg := inspectingBatches(t, srv)
 	cfg.Observe = func(op, status string, _ time.Duration) {
 		if op == "PUT" || op == "PUT_BATCH" {
 			puts.Add(1)
@@ -205,7 +210,10 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	}
 	st := checkedStore(t, cfg, bucket)
 	var all []putCase
-	for _, cases := range [][]putCase{smallPuts(300), prefixedPuts("vol/data/", 200), prefixedPuts("vol/dir /", 200)} {
+	// Some keys twice at once, with the same bytes: either put may end last.
+	twice := smallPuts(300)
+	twice = append(twice, twice[:40]...)
+	for _, cases := range [][]putCase{twice, prefixedPuts("vol/data/", 200), prefixedPuts("vol/dir /", 200)} {
 		puts.Store(0)
 		returned := putAll(t, st, cases)
 		checkStored(t, srv.Client(), bucket, cases, returned, true)
@@ -226,6 +234,64 @@ func TestConcurrentSmallPutsShareRequests(t *testing.T) {
 	putAll(t, alone, all[:50])
 	if n := puts.Load(); n != 50 {
 		t.Errorf("without batching, 50 objects took %d PUT requests", n)
+	}
+}
+
+// inspectingBatches fronts srv with a proxy that reads every batch on its
+// way and fails the test if one names a key twice (MinIO stores a batch's
+// objects in parallel: which would end last?) or gives an entry a time
+// of its own (MinIO takes the entry's for Last-Modified, which orders a
+// versioned bucket's versions, unless it is the epoch: then its clock).
+func inspectingBatches(t *testing.T, srv *miniotest.Server) s3store.Config {
+	t.Helper()
+	target, _ := url.Parse(srv.Endpoint)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true" {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("read a batch: %v", err)
+			}
+			names := map[string]bool{}
+			tr := tar.NewReader(bytes.NewReader(body))
+			for {
+				h, err := tr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Errorf("a batch is not a tar: %v", err)
+					break
+				}
+				if names[h.Name] {
+					t.Errorf("a batch names %q twice", h.Name)
+				}
+				names[h.Name] = true
+				if h.ModTime.Unix() > 0 {
+					t.Errorf("batch entry %q has time %v: not the server's", h.Name, h.ModTime)
+				}
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	cfg := srv.Config()
+	cfg.Endpoint = front.URL
+	return cfg
+}
+
+// Keys MinIO's extraction would store under another name go alone.
+func TestBatchableKeys(t *testing.T) {
+	for key, want := range map[string]bool{
+		"a": true, "a/b/c": true, "dé/f": true, "a b/c ": true,
+		"": false, ".": false, "..": false, "../a": false, "a/../b": false,
+		"a/./b": false, "./a": false, "a//b": false, "/a": false, "a/": false,
+		"a\x00b": false, "\xff": false,
+	} {
+		if got := s3store.Batchable(key); got != want {
+			t.Errorf("Batchable(%q) = %v, want %v", key, got, want)
+		}
 	}
 }
 
@@ -332,13 +398,7 @@ func TestQueuedPutsEndWithTheirContext(t *testing.T) {
 	for i := range slots {
 		go func() { errs <- put(t.Context(), fmt.Sprintf("held%d", i)) }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for held.Load() < slots {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d puts reached the server", held.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a held put in every slot", func() bool { return held.Load() == slots })
 	queued := []string{"q/a", "q/b", "q/c"}
 	for _, k := range queued {
 		go func() { errs <- put(t.Context(), k) }()
@@ -415,27 +475,110 @@ func BenchmarkSmallPuts(b *testing.B) {
 }
 
 // A server that refuses batches (NotImplemented: a gateway, a policy) is
-// sent no more once it has, and every object is stored alone.
+// sent no more once it has: not even the puts that queued while the
+// refused batches were on the wire. Every object is stored alone.
 func TestRefusedBatchesStop(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
 	target, _ := url.Parse(srv.Endpoint)
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	var batches atomic.Int32
+	// A put alone waits for a token; a batch, for batchesGo.
+	tokens, batchesGo := make(chan struct{}, 1000), make(chan struct{})
+	var singles, batches atomic.Int32
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true" {
+		switch {
+		case r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true":
 			batches.Add(1)
 			io.Copy(io.Discard, r.Body)
+			<-batchesGo
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusNotImplemented)
 			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented</Message></Error>`)
 			return
+		case r.Method == http.MethodPut:
+			singles.Add(1)
+			<-tokens
 		}
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
+	letSingles := func(n int) {
+		for range n {
+			select {
+			case tokens <- struct{}{}:
+			default:
+			}
+		}
+	}
+	var openBatches sync.Once
+	letBatches := func() { openBatches.Do(func() { close(batchesGo) }) }
+	// Before front.Close, which waits for held requests.
+	t.Cleanup(func() { letSingles(cap(tokens)) })
+	t.Cleanup(letBatches)
 	cfg := srv.Config()
 	cfg.Endpoint = front.URL
 	st := checkedStore(t, cfg, bucket)
-	batchesStopAfter(t, st, srv.Client(), bucket, &batches, true, "refused")
+
+	var wg sync.WaitGroup
+	var cases []putCase
+	wave := func(name string, n int) *sync.WaitGroup {
+		var this sync.WaitGroup
+		for i := range n {
+			c := putCase{key: fmt.Sprintf("%s/f%02d", name, i), data: []byte(name + fmt.Sprint(i))}
+			cases = append(cases, c)
+			wg.Add(1)
+			this.Add(1)
+			go func() {
+				defer wg.Done()
+				defer this.Done()
+				if _, err := st.Put(t.Context(), c.key, bytes.NewReader(c.data), int64(len(c.data)), nil); err != nil {
+					t.Errorf("put %q: %v", c.key, err)
+				}
+			}()
+		}
+		return &this
+	}
+	// Two puts alone fill both slots, held; twenty queue behind them.
+	first := wave("first", s3store.BatchSlots)
+	waitFor(t, "the first puts to reach the server", func() bool { return singles.Load() == s3store.BatchSlots })
+	wave("a", 20)
+	waitFor(t, "20 puts to queue", func() bool { return s3store.QueuedPuts(st) == 20 })
+	// Let the two through: one slot sends the queue as a batch, held.
+	letSingles(s3store.BatchSlots)
+	first.Wait()
+	waitFor(t, "a batch", func() bool { return batches.Load() == 1 && s3store.QueuedPuts(st) == 0 })
+	// The next wave's first put takes the other slot alone, held, and
+	// the rest queue; let it through, and they follow as a second batch.
+	wave("b", 20)
+	waitFor(t, "19 puts to queue", func() bool { return s3store.QueuedPuts(st) == 19 })
+	letSingles(1)
+	waitFor(t, "a second batch", func() bool { return batches.Load() == 2 && s3store.QueuedPuts(st) == 0 })
+	// Both slots hold batches; twenty more queue, then the server
+	// refuses both batches.
+	wave("c", 20)
+	waitFor(t, "20 more puts to queue", func() bool { return s3store.QueuedPuts(st) == 20 })
+	letSingles(cap(tokens)) // the refused batches' puts go alone
+	letBatches()
+	wg.Wait()
+	checkStored(t, srv.Client(), bucket, cases, nil, false)
+	if n := batches.Load(); n != 2 {
+		t.Errorf("%d batches sent; want the 2 that were in flight when the server refused them", n)
+	}
+	batches.Store(0)
+	putAll(t, st, smallPuts(50))
+	if n := batches.Load(); n != 0 {
+		t.Errorf("%d batches sent after the server refused them", n)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
 }

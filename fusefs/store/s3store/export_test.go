@@ -28,3 +28,13 @@ func SetMaxParts(s *Store, n int) { s.maxParts = n }
 
 // BatchSlots is how many small puts go out before the rest queue.
 const BatchSlots = batchSlots
+
+// QueuedPuts counts the puts waiting for a batch.
+func QueuedPuts(s *Store) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return len(s.batch.queue)
+}
+
+// Batchable reports whether key may go in a batch.
+func Batchable(key string) bool { return batchable(key) }
