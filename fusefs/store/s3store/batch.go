@@ -124,12 +124,12 @@ func (b *batcher) put(ctx context.Context, key string, r io.Reader, size int64, 
 	select {
 	case <-it.done:
 	case <-ctx.Done():
-		if b.withdraw(it) {
-			// Fails at once with ctx's error, as an unbatched put would.
-			return b.s.putOne(ctx, key, bytes.NewReader(body), size, meta)
+		// Out of the queue, the put below fails at once with ctx's error,
+		// as an unbatched put would; a batch on the wire ends with ctx
+		// (send).
+		if !b.withdraw(it) {
+			<-it.done
 		}
-		// Its batch is on the wire, and ends with ctx (send).
-		<-it.done
 	}
 	switch {
 	case it.stored:
@@ -263,9 +263,8 @@ func (b *batcher) send(batch []*batchItem) {
 
 // refusesBatches reports whether a batch's failure says that the server
 // will not take batches (a policy, an older server), rather than that it
-// failed to store this one.
-// MinIO answers BadRequest for any object of the batch it failed to
-// store; that is a failure of this batch only.
+// failed to store this one (MinIO's BadRequest, for any object of the
+// batch it could not store).
 func refusesBatches(err error) bool {
 	var resp minio.ErrorResponse
 	if !errors.As(err, &resp) {
@@ -331,19 +330,18 @@ func (s *Store) putBatch(ctx context.Context, batch []*batchItem) error {
 			// also orders a versioned bucket's versions: the epoch makes
 			// MinIO take its own clock, as for a single PUT, rather than
 			// this one's.
-			ModTime: time.Unix(0, 0),
-			Format:  tar.FormatPAX,
-			PAXRecords: map[string]string{
-				// What minio-go sends for a single PUT without one;
-				// MinIO's own default differs.
-				"minio.metadata.Content-Type": "application/octet-stream",
-			},
+			ModTime:    time.Unix(0, 0),
+			Format:     tar.FormatPAX,
+			PAXRecords: map[string]string{},
 		}
-		for k, v := range it.meta {
-			if k == ContentTypeKey {
-				h.PAXRecords["minio.metadata.Content-Type"] = v
-				continue
-			}
+		// The headers a single put of it would send.
+		one := s.putOptions(it.meta)
+		if one.ContentType == "" {
+			// minio-go's default for a single PUT; MinIO's own differs.
+			one.ContentType = "application/octet-stream"
+		}
+		h.PAXRecords["minio.metadata.Content-Type"] = one.ContentType
+		for k, v := range one.UserMetadata {
 			h.PAXRecords["minio.metadata.X-Amz-Meta-"+k] = v
 		}
 		if err := tw.WriteHeader(&h); err != nil {

@@ -398,7 +398,7 @@ func TestQueuedPutsEndWithTheirContext(t *testing.T) {
 	for i := range slots {
 		go func() { errs <- put(t.Context(), fmt.Sprintf("held%d", i)) }()
 	}
-	waitFor(t, "a held put in every slot", func() bool { return held.Load() == slots })
+	poll(t, 10*time.Second, "a held put in every slot", func() bool { return held.Load() == slots })
 	queued := []string{"q/a", "q/b", "q/c"}
 	for _, k := range queued {
 		go func() { errs <- put(t.Context(), k) }()
@@ -540,23 +540,23 @@ func TestRefusedBatchesStop(t *testing.T) {
 	}
 	// Two puts alone fill both slots, held; twenty queue behind them.
 	first := wave("first", s3store.BatchSlots)
-	waitFor(t, "the first puts to reach the server", func() bool { return singles.Load() == s3store.BatchSlots })
+	poll(t, 10*time.Second, "the first puts to reach the server", func() bool { return singles.Load() == s3store.BatchSlots })
 	wave("a", 20)
-	waitFor(t, "20 puts to queue", func() bool { return s3store.QueuedPuts(st) == 20 })
+	poll(t, 10*time.Second, "20 puts to queue", func() bool { return s3store.QueuedPuts(st) == 20 })
 	// Let the two through: one slot sends the queue as a batch, held.
 	letSingles(s3store.BatchSlots)
 	first.Wait()
-	waitFor(t, "a batch", func() bool { return batches.Load() == 1 && s3store.QueuedPuts(st) == 0 })
+	poll(t, 10*time.Second, "a batch", func() bool { return batches.Load() == 1 && s3store.QueuedPuts(st) == 0 })
 	// The next wave's first put takes the other slot alone, held, and
 	// the rest queue; let it through, and they follow as a second batch.
 	wave("b", 20)
-	waitFor(t, "19 puts to queue", func() bool { return s3store.QueuedPuts(st) == 19 })
+	poll(t, 10*time.Second, "19 puts to queue", func() bool { return s3store.QueuedPuts(st) == 19 })
 	letSingles(1)
-	waitFor(t, "a second batch", func() bool { return batches.Load() == 2 && s3store.QueuedPuts(st) == 0 })
+	poll(t, 10*time.Second, "a second batch", func() bool { return batches.Load() == 2 && s3store.QueuedPuts(st) == 0 })
 	// Both slots hold batches; twenty more queue, then the server
 	// refuses both batches.
 	wave("c", 20)
-	waitFor(t, "20 more puts to queue", func() bool { return s3store.QueuedPuts(st) == 20 })
+	poll(t, 10*time.Second, "20 more puts to queue", func() bool { return s3store.QueuedPuts(st) == 20 })
 	letSingles(cap(tokens)) // the refused batches' puts go alone
 	letBatches()
 	wg.Wait()
@@ -568,17 +568,5 @@ func TestRefusedBatchesStop(t *testing.T) {
 	putAll(t, st, smallPuts(50))
 	if n := batches.Load(); n != 0 {
 		t.Errorf("%d batches sent after the server refused them", n)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // poll interval
 	}
 }

@@ -61,20 +61,15 @@ func (c Config) logger() *slog.Logger {
 
 // NewClient builds a minio-go client for cfg.
 func NewClient(cfg Config) (*minio.Client, error) {
-	c, _, err := newClient(cfg, nil)
+	c, _, err := newClient(cfg, nil, nil)
 	return c, err
 }
 
 // newClient also returns the transport of the client's ranged GETs when
 // their bodies can splice (a plain-HTTP endpoint reached without a proxy).
-// Responses that worked clear h's problem (h may be nil).
-func newClient(cfg Config, h *health) (*minio.Client, *rawGetTransport, error) {
-	return newClientSaying(cfg, h, nil)
-}
-
-// newClientSaying also sets isMinIO once a response says it comes from
-// MinIO (its Server header); isMinIO may be nil.
-func newClientSaying(cfg Config, h *health, isMinIO *atomic.Bool) (*minio.Client, *rawGetTransport, error) {
+// Responses that worked clear h's problem, and one that says it comes
+// from MinIO (its Server header) sets isMinIO; both may be nil.
+func newClient(cfg Config, h *health, isMinIO *atomic.Bool) (*minio.Client, *rawGetTransport, error) {
 	host, secure, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
 		return nil, nil, err

@@ -43,7 +43,7 @@ type Store struct {
 func New(cfg Config, bucket string) (*Store, error) {
 	h := &health{}
 	st := &Store{bucket: bucket, maxParts: store.MaxParts, health: h}
-	c, raw, err := newClientSaying(cfg, h, &st.isMinIO)
+	c, raw, err := newClient(cfg, h, &st.isMinIO)
 	if err != nil {
 		return nil, err
 	}
