@@ -142,8 +142,10 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if found {
 			e, known = n.listedEntry(ctx, e)
 		}
-		if !known && n.relist(ctx) {
-			e, found, known = n.cached(name)
+		if !known {
+			if l := n.relist(ctx); l != nil {
+				e, found, known = n.answerFrom(l, name)
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, syscall.EINTR // S3 did not answer in the grace

@@ -133,7 +133,20 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 func (n *dirNode) cached(name string) (e dirEntry, found, known bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l := n.freshListing()
+	return n.freshListing().answer(name)
+}
+
+// answerFrom answers a lookup from l, a listing relist waited for, as
+// cached does from a fresh one.
+func (n *dirNode) answerFrom(l *listing, name string) (e dirEntry, found, known bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return l.answer(name)
+}
+
+// answer is what l says of name (see cached); a nil listing says
+// nothing. Hold the directory's mu.
+func (l *listing) answer(name string) (e dirEntry, found, known bool) {
 	if l == nil {
 		return dirEntry{}, false, false
 	}
@@ -168,23 +181,30 @@ const relistTimeout = time.Minute
 // one directory is the case it is for: each create looks its name up
 // first, and asking the store per name costs a HEAD and a LIST each, where
 // this is one LIST per ListTTL. Concurrent callers share one listing. It
-// reports whether a fresh complete listing is there now; false sends the
-// caller to the store by name.
-func (n *dirNode) relist(ctx context.Context) bool {
+// returns the complete listing the caller is to answer from: the one it
+// waited for, even if that has expired by the time the caller runs again
+// (it began after the caller's lookup did, so its answer is as new as
+// the lookup), or one another caller's relist left fresh meanwhile. Nil
+// sends the caller to the store by name.
+func (n *dirNode) relist(ctx context.Context) *listing {
 	n.mu.Lock()
-	done := n.relisting
+	done, l := n.relisting, n.listCache
 	if done == nil {
-		if l := n.listCache; l != nil && l.complete && len(l.entries) > relistLimit {
+		if l != nil && l.complete && len(l.entries) > relistLimit {
 			n.relistable = false // grown past a page by this mount's creates
 		}
-		arriving := n.listCache != nil && !n.listCache.complete
-		if !n.relistable || arriving || n.freshListing() != nil {
+		if fresh := n.freshListing(); fresh != nil && fresh.complete {
 			n.mu.Unlock()
-			return false
+			return fresh // another lookup's relist ended since ours missed
+		}
+		arriving := l != nil && !l.complete
+		if !n.relistable || arriving {
+			n.mu.Unlock()
+			return nil
 		}
 		done = make(chan struct{})
 		n.relisting = done
-		l := newArrivingListing()
+		l = newArrivingListing()
 		n.listCache = l
 		go n.runRelist(l, done)
 	}
@@ -192,12 +212,14 @@ func (n *dirNode) relist(ctx context.Context) bool {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return false
+		return nil
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l := n.freshListing()
-	return l != nil && l.complete
+	if !l.complete {
+		return nil // stopped, failed, or replaced by a READDIR's listing
+	}
+	return l
 }
 
 // runRelist fills l from the store and closes done. It is not tied to

@@ -117,6 +117,8 @@ func newCountedDir(t *testing.T, listTTL time.Duration) (*memstore.Store, *count
 // Creating files in a directory whose listing has expired lists it again
 // once per ListTTL, instead of a HEAD and a LIST per new name; a file
 // another client adds still shows up once the listing is older than the TTL.
+// The counts hold however slowly the machine runs (see
+// TestConcurrentCreatesShareOneRelist).
 func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
 	const ttl = 20 * time.Millisecond
 	mem, st, d := newCountedDir(t, ttl)
@@ -156,6 +158,12 @@ func TestCreatesAfterListingExpiresRelistOncePerTTL(t *testing.T) {
 }
 
 // Concurrent creates share one listing per TTL.
+//
+// The counts cannot depend on how the writers are scheduled: a lookup
+// that misses answers from the listing it waited for (never a HEAD, even
+// when it wakes after that listing expired), and a listing starts only
+// once the last one is older than the TTL, so n listings span at least
+// (n-1) TTLs of the test's time, however the writers interleave.
 func TestConcurrentCreatesShareOneRelist(t *testing.T) {
 	const ttl = 20 * time.Millisecond
 	_, st, d := newCountedDir(t, ttl)

@@ -5,16 +5,13 @@ package miniotest
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -182,31 +179,12 @@ func (s *Server) start() {
 	s.cmd = cmd
 	s.exited = make(chan struct{})
 	go func() { cmd.Wait(); close(s.exited) }()
-	health := http.DefaultClient
-	if s.CA != nil {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(s.CA)
-		health = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-		defer health.CloseIdleConnections()
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := health.Get(s.Endpoint + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-s.exited:
-			s.t.Fatalf("minio exited during start-up")
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			s.t.Fatalf("minio not ready at %s after 60s: %v", s.Endpoint, err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root, stranger := s.Client(), s.clientWith(localserver.StrangerAccessKey, localserver.StrangerSecretKey)
+	if err := localserver.WaitServing(ctx, root, stranger, s.exited); err != nil {
+		s.Stop()
+		s.t.Fatalf("minio at %s: %v", s.Endpoint, err)
 	}
 }
 
@@ -253,10 +231,16 @@ func (s *Server) Config() s3store.Config {
 
 // Client is a raw minio-go client, for checking what is really stored.
 func (s *Server) Client() *minio.Client {
-	cfg := s.Config()
 	if s.rootUser != "" {
-		cfg.CredentialsDir, cfg.Keys = "", &s3store.Keys{AccessKeyID: s.rootUser, SecretAccessKey: s.rootPassword, CABundle: s.CA}
+		return s.clientWith(s.rootUser, s.rootPassword)
 	}
+	return s.clientWith(AccessKey, SecretKey)
+}
+
+// clientWith is a raw minio-go client signing with the given keys.
+func (s *Server) clientWith(accessKey, secretKey string) *minio.Client {
+	cfg := s.Config()
+	cfg.CredentialsDir, cfg.Keys = "", &s3store.Keys{AccessKeyID: accessKey, SecretAccessKey: secretKey, CABundle: s.CA}
 	c, err := s3store.NewClient(cfg)
 	if err != nil {
 		s.t.Fatal(err)
@@ -264,26 +248,16 @@ func (s *Server) Client() *minio.Client {
 	return c
 }
 
-var bucketSeq int
+var bucketSeq atomic.Int64
 
 // Bucket creates a new empty bucket and returns its name.
 func (s *Server) Bucket() string {
 	s.t.Helper()
-	bucketSeq++
-	name := "test-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-" + strconv.Itoa(bucketSeq)
-	// A loaded MinIO may answer "ready" a moment before its object layer
-	// takes requests ("Server not initialized yet"): retry that, briefly.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := s.Client().MakeBucket(context.Background(), name, minio.MakeBucketOptions{})
-		if err == nil {
-			return name
-		}
-		if minio.ToErrorResponse(err).Code != "XMinioServerNotInitialized" && !strings.Contains(err.Error(), "not initialized") || time.Now().After(deadline) {
-			s.t.Fatalf("make bucket %s: %v", name, err)
-		}
-		time.Sleep(100 * time.Millisecond) // retry interval
+	name := "test-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-" + strconv.FormatInt(bucketSeq.Add(1), 10)
+	if err := s.Client().MakeBucket(context.Background(), name, minio.MakeBucketOptions{}); err != nil {
+		s.t.Fatalf("make bucket %s: %v", name, err)
 	}
+	return name
 }
 
 // StartShared starts a server outside any one test (for TestMain-scoped

@@ -6,10 +6,7 @@ package versitytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,28 +99,24 @@ func start(dir string) (*Server, func(), error) {
 	return s, stop, nil
 }
 
-// waitReady waits until the server answers S3 requests.
+// waitReady waits until the server answers signed requests.
 func (s *Server) waitReady(exited chan struct{}) error {
-	c, err := s3store.NewClient(s.Config())
+	root, err := s3store.NewClient(s.Config())
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err = c.ListBuckets(context.Background())
-		var netErr *net.OpError
-		if err == nil || !errors.As(err, &netErr) && minio.ToErrorResponse(err).StatusCode != http.StatusServiceUnavailable {
-			return err
-		}
-		select {
-		case <-exited:
-			return errors.New("versitygw exited during start-up")
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("versitygw not answering at %s after 30s: %w", s.Endpoint, err)
-		}
+	cfg := s.Config()
+	cfg.CredentialsDir, cfg.Keys = "", &s3store.Keys{AccessKeyID: localserver.StrangerAccessKey, SecretAccessKey: localserver.StrangerSecretKey}
+	stranger, err := s3store.NewClient(cfg)
+	if err != nil {
+		return err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := localserver.WaitServing(ctx, root, stranger, exited); err != nil {
+		return fmt.Errorf("versitygw at %s: %w", s.Endpoint, err)
+	}
+	return nil
 }
 
 // MakeBucket creates a bucket.
