@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: build test e2e unit demo demo-down images bench lint
+.PHONY: build test e2e unit stress demo demo-down images bench lint
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
@@ -17,6 +17,13 @@ test: unit e2e
 # root and /dev/fuse.
 unit:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
+
+# The Go suites, 5 times over under -race while busy loops keep every
+# core occupied: what depends on timing fails here before it fails CI.
+# STRESS_COUNT, STRESS_PKGS, STRESS_RUN and STRESS_LOAD narrow it (see
+# test/stress.sh).
+stress:
+	test/stress.sh
 
 # The e2e suite on a real one-node Kubernetes here (test/local): cluster,
 # images, MinIO and objfuse up, the suite, everything down. Needs root.

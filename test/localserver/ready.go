@@ -34,6 +34,11 @@ func WaitServing(ctx context.Context, root, stranger *minio.Client, exited <-cha
 	defer tick.Stop()
 	var why error // the last answer that said "not yet"
 	for {
+		select {
+		case <-exited:
+			return errors.New("the server exited during start-up")
+		default:
+		}
 		err := serving(ctx, root, stranger)
 		if err == nil {
 			return nil
