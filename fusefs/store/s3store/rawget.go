@@ -255,19 +255,34 @@ func (t *rawGetTransport) exchange(ctx context.Context, c *rawConn, host string,
 }
 
 // checkRange refuses a response to a ranged GET that does not start where
-// the range does: a server that ignored the Range header would otherwise
-// hand out the object's first bytes as the range's.
+// the range does (see rangeStartsAt).
 func checkRange(req *http.Request, resp *http.Response) error {
 	var start int64
 	if _, err := fmt.Sscanf(req.Header.Get("Range"), "bytes=%d-", &start); err != nil {
 		return nil // not a range we sent
 	}
 	cr := resp.Header.Get("Content-Range")
-	if resp.StatusCode == http.StatusPartialContent && strings.HasPrefix(cr, fmt.Sprintf("bytes %d-", start)) ||
-		resp.StatusCode == http.StatusOK && start == 0 {
+	if resp.StatusCode == http.StatusOK {
+		cr = "" // the whole object, whatever the header says
+	}
+	if err := rangeStartsAt(start, cr); err != nil {
+		return fmt.Errorf("GET %s: asked for %s, the server answered %s: %w", req.URL.Path, req.Header.Get("Range"), resp.Status, err)
+	}
+	return nil
+}
+
+// rangeStartsAt refuses the answer to a ranged GET from off whose
+// Content-Range (empty: the whole object, a 200) does not start there: a
+// server or proxy that ignored the Range header would otherwise hand out
+// the object's first bytes as the range's.
+func rangeStartsAt(off int64, contentRange string) error {
+	if contentRange == "" && off == 0 || strings.HasPrefix(contentRange, fmt.Sprintf("bytes %d-", off)) {
 		return nil
 	}
-	return fmt.Errorf("GET %s: asked for %s, the server answered %s with Content-Range %q", req.URL.Path, req.Header.Get("Range"), resp.Status, cr)
+	if contentRange == "" {
+		return fmt.Errorf("the whole object came back for a range from byte %d (the Range header was ignored)", off)
+	}
+	return fmt.Errorf("the range came back as %q, not from byte %d", contentRange, off)
 }
 
 func ctxErr(ctx context.Context, err error) error {

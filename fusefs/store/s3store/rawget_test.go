@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,6 +242,64 @@ func TestRangedGetOfEveryFraming(t *testing.T) {
 			body.Close()
 			if n := s3store.IdleRawConns(st); n != 0 {
 				t.Errorf("%d connections kept after an answer that closes its connection", n)
+			}
+		})
+	}
+}
+
+// A server or proxy that ignores the Range header answers a ranged GET
+// with the whole object (200). Its first bytes must not pass for the
+// range's, on either path: the spliced one (plain HTTP) and minio-go's
+// (HTTPS). A range from byte 0 is the object's first bytes: that answer
+// is cut to the range.
+func TestRangeIgnoredIsNotTheRange(t *testing.T) {
+	data := make([]byte, 64<<10)
+	rand.Read(data)
+	whole := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+		w.Header().Set("ETag", `"e"`)
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.Write(data) // 200, whatever the Range
+	})
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "https"}[secure], func(t *testing.T) {
+			cfg := s3store.Config{Region: "us-east-1", PathStyle: true, MaxRetries: 1,
+				Keys: &s3store.Keys{AccessKeyID: "k", SecretAccessKey: "secret"}}
+			if secure {
+				srv := httptest.NewTLSServer(whole)
+				defer srv.Close()
+				cfg.Endpoint = srv.URL
+				cfg.CABundle = filepath.Join(t.TempDir(), "ca.pem")
+				pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+				if err := os.WriteFile(cfg.CABundle, pemBytes, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				srv := httptest.NewServer(whole)
+				defer srv.Close()
+				cfg.Endpoint = srv.URL
+			}
+			st, err := s3store.New(cfg, "bkt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Splices() == secure {
+				t.Fatalf("splices: %v over %s", st.Splices(), cfg.Endpoint)
+			}
+			if body, err := st.Get(t.Context(), "obj", 100, 10); err == nil {
+				got, _ := io.ReadAll(body)
+				body.Close()
+				t.Fatalf("a range from byte 100 answered with the whole object read %q, want an error", got[:min(len(got), 16)])
+			} else if !strings.Contains(err.Error(), "Range header was ignored") {
+				t.Fatalf("error %q does not say the range was ignored", err)
+			}
+			body, err := st.Get(t.Context(), "obj", 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer body.Close()
+			if got, err := io.ReadAll(body); err != nil || !bytes.Equal(got, data[:10]) {
+				t.Fatalf("a range of 10 bytes from 0 read %d bytes (%v), want the object's first 10", len(got), err)
 			}
 		})
 	}

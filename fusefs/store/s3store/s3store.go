@@ -224,9 +224,24 @@ func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.Read
 			return nil, fmt.Errorf("get %q: %w", key, err)
 		}
 	}
-	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	body, _, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", key, s.fail(err))
+	}
+	if length < 0 && off == 0 {
+		return body, nil
+	}
+	cr := header.Get("Content-Range")
+	if err := rangeStartsAt(off, cr); err != nil {
+		body.Close()
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	if cr == "" && length > 0 {
+		// The whole object for a range from 0: only the range is the answer.
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(body, length), body}, nil
 	}
 	return body, nil
 }
