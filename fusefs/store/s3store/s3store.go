@@ -207,7 +207,11 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	if err != nil {
 		return store.Object{}, fmt.Errorf("head %q: %w", key, s.fail(err))
 	}
-	return object(info, info.UserMetadata), nil
+	o, err := object(info, info.UserMetadata)
+	if err != nil {
+		return store.Object{}, fmt.Errorf("head %q: %w", key, err)
+	}
+	return o, nil
 }
 
 func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
@@ -332,7 +336,12 @@ func (s *Store) list(ctx context.Context, prefix, startAfter string, recursive b
 						meta[k] = v
 					}
 				}
-				e.Object = object(info, meta)
+				o, err := object(info, meta)
+				if err != nil {
+					yield(store.Entry{}, fmt.Errorf("list %q: %w", prefix, err))
+					return
+				}
+				e.Object = o
 			}
 			if !yield(e, nil) {
 				return
@@ -341,12 +350,23 @@ func (s *Store) list(ctx context.Context, prefix, startAfter string, recursive b
 	}
 }
 
-func object(info minio.ObjectInfo, meta map[string]string) store.Object {
+// maxAnsweredSize bounds the object sizes a server's answers are taken
+// at: above the largest object any S3 server stores (AWS's 48.8 TiB), or
+// below zero, a size is a broken answer, and taken as a file's size it
+// would overflow offsets or reserve absurd staging space.
+const maxAnsweredSize = 64 << 40
+
+// object is the store's view of an object the server described; an
+// impossible size is an error, not an object.
+func object(info minio.ObjectInfo, meta map[string]string) (store.Object, error) {
+	if info.Size < 0 || info.Size > maxAnsweredSize {
+		return store.Object{}, fmt.Errorf("the server gave %q a size of %d bytes, which no object has", info.Key, info.Size)
+	}
 	o := store.Object{Key: info.Key, Size: info.Size, ETag: strings.Trim(info.ETag, `"`), LastModified: info.LastModified}
 	if meta != nil {
 		o.Metadata = lower(meta)
 	}
-	return o
+	return o, nil
 }
 
 func lower(meta map[string]string) map[string]string {

@@ -3,8 +3,12 @@ package s3store_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -76,5 +80,39 @@ func TestWrongRegionIsNamed(t *testing.T) {
 	err = st.Check(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `set the StorageClass parameter "region" (objfuse-mount: --region) to eu-west-1`) || !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("check: %v", err)
+	}
+}
+
+// A size no object can have (negative, or beyond any S3 server's largest
+// object) in a HEAD or a listing is an error, not a file of that size.
+func TestImpossibleSizesAreRefused(t *testing.T) {
+	for _, size := range []string{"-5", "1152921504606846976"} { // 1 EiB
+		t.Run(size, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+				w.Header().Set("ETag", `"e"`)
+				if r.Method == http.MethodHead {
+					w.Header().Set("Content-Length", size)
+					return
+				}
+				w.Header().Set("Content-Type", "application/xml")
+				fmt.Fprintf(w, `<ListBucketResult><Name>bkt</Name><IsTruncated>false</IsTruncated>`+
+					`<Contents><Key>f</Key><Size>%s</Size><ETag>"e"</ETag><LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents></ListBucketResult>`, size)
+			}))
+			defer srv.Close()
+			st, err := s3store.New(s3store.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, MaxRetries: 1,
+				Keys: &s3store.Keys{AccessKeyID: "k", SecretAccessKey: "secret"}}, "bkt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o, err := st.Head(t.Context(), "f"); err == nil {
+				t.Errorf("HEAD answering Content-Length %s: an object of %d bytes, want an error", size, o.Size)
+			}
+			for e, err := range st.List(t.Context(), "", "", false) {
+				if err == nil {
+					t.Errorf("a listing giving size %s: an entry of %d bytes, want an error", size, e.Object.Size)
+				}
+			}
+		})
 	}
 }
