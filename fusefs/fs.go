@@ -144,9 +144,13 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 		AttrTimeout:     &ttl,
 		NegativeTimeout: &negative,
 		MountOptions: fuse.MountOptions{
-			FsName:        fsName,
-			Name:          "objfuse",
-			AllowOther:    true,
+			FsName:     fsName,
+			Name:       "objfuse",
+			AllowOther: true,
+			// allow_other opens the mount to every local user; objfuse
+			// checks no permission itself, so the kernel must check the
+			// files' modes and owners (as the node plugin's mounts do).
+			Options:       []string{"default_permissions"},
 			MaxWrite:      MaxRead, // also the largest READ
 			MaxReadAhead:  1 << 20,
 			MaxBackground: 64,

@@ -379,3 +379,45 @@ func TestHandoffSignalDuringAnOutage(t *testing.T) {
 		t.Fatalf("after-deadline in S3: %v", err)
 	}
 }
+
+// TestByHandMountChecksPermissions: a mount made by hand as root is open
+// to every local user (allow_other), so the kernel must check the files'
+// modes: another user can neither read nor delete root's 0600 file.
+func TestByHandMountChecksPermissions(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	mnt := t.TempDir()
+	// t.TempDir's directories are 0700: let the other user reach mnt.
+	for _, d := range []string{mnt, filepath.Dir(mnt)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(binary, "--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir, bucket, mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	secret := filepath.Join(mnt, "secret")
+	if err := os.WriteFile(secret, []byte("root's only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(name string, args ...string) (string, error) {
+		cmd := exec.Command(name, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := asNobody("cat", secret); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("another user reads root's 0600 file: %v, %q", err, out)
+	}
+	if out, err := asNobody("rm", "-f", secret); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("another user deletes root's file in root's 0755 directory: %v, %q", err, out)
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "root's only" {
+		t.Fatalf("root reads %q, %v", b, err)
+	}
+	if out, err := asNobody("ls", mnt); err != nil || !strings.Contains(out, "secret") {
+		t.Fatalf("another user lists the 0755 root directory: %v, %q", err, out)
+	}
+}
