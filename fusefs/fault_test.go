@@ -3,9 +3,11 @@ package fusefs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,4 +250,57 @@ func mountAsyncOnMinio(t *testing.T) (*miniotest.Server, store.Store, *fusefs.FS
 	}
 	f, dir := mountFSOf(t, st, fusefs.Options{AsyncClose: true})
 	return srv, st, f, dir
+}
+
+// TestStalledEndpointFailsClose: an endpoint that accepts the request and
+// stops reading (or never answers) fails a close(2) that waits for its
+// upload with EIO once the upload has moved no byte for the stall
+// timeout, instead of hanging it for as long as the endpoint likes; the
+// mount works again once the endpoint does.
+func TestStalledEndpointFailsClose(t *testing.T) {
+	srv := miniotest.Start(t)
+	front := srv.StallingFront(t)
+	cfg := front.Config
+	const stall = 2 * time.Second
+	cfg.StallTimeout = stall
+	st, err := s3store.New(cfg, srv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := mountFS(t, st, fusefs.Options{PartSize: 5 << 20})
+	for _, size := range []int{4 << 10, 12 << 20} { // one PUT; parts
+		name := filepath.Join(dir, fmt.Sprintf("f%d", size))
+		f, err := os.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		front.Stall()
+		start := time.Now()
+		closed := make(chan error, 1)
+		go func() {
+			if _, err := f.Write(randomBytes(size)); err != nil {
+				f.Close()
+				closed <- err
+				return
+			}
+			closed <- f.Close()
+		}()
+		// Each request of the upload is cut after the stall timeout; a
+		// multipart upload's abort and a part's retry add one each.
+		select {
+		case err = <-closed:
+		case <-time.After(6*stall + 10*time.Second):
+			front.Resume()
+			t.Fatalf("%d bytes: close still waits after %v on a stalled endpoint; the stall timeout is %v", size, time.Since(start), stall)
+		}
+		front.Resume()
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("%d bytes: write and close on a stalled endpoint: %v, want EIO", size, err)
+		}
+		t.Logf("%d bytes: failed after %v: %v", size, time.Since(start).Round(time.Millisecond), err)
+	}
+	eventually(t, 30*time.Second, "writes to work again", func() bool {
+		return os.WriteFile(filepath.Join(dir, "after"), []byte("back"), 0o644) == nil
+	})
+	sameBytes(t, "after the stall", stored(t, st, "after"), []byte("back"))
 }

@@ -240,7 +240,10 @@ func (b *batcher) send(batch []*batchItem) {
 		stop := context.AfterFunc(it.ctx, func() { cancel(context.Cause(it.ctx)) })
 		defer stop()
 	}
-	if err := b.s.putBatch(ctx, batch); err != nil {
+	wctx, done := watchProgress(ctx, b.s.stallTimeout())
+	err := b.s.putBatch(wctx, batch)
+	done()
+	if err != nil {
 		b.s.cfg.logger().Warn("a batch of small objects failed; putting them one by one", "objects", len(batch), "err", err)
 		if refusesBatches(err) {
 			b.turnOff()

@@ -47,6 +47,9 @@ type Config struct {
 	// NoBatching sends every small object in a request of its own, also
 	// to MinIO (see batch.go).
 	NoBatching bool
+	// StallTimeout cuts an upload request that moves no byte for this
+	// long (default DefaultStallTimeout).
+	StallTimeout time.Duration
 	// Logger gets what the store does on its own (batches it had to
 	// split); nil means slog.Default().
 	Logger *slog.Logger
@@ -88,6 +91,7 @@ func newClient(cfg Config, h *health, isMinIO *atomic.Bool) (*minio.Client, *raw
 		raw = newRawGetTransport(tr)
 		rt = raw
 	}
+	rt = progressCounting{inner: rt}
 	if cfg.Observe != nil || h != nil || isMinIO != nil {
 		rt = observed{inner: rt, observe: cfg.Observe, health: h, isMinIO: isMinIO}
 	}

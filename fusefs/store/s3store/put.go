@@ -75,7 +75,7 @@ func (s *Store) putOne(ctx context.Context, key string, r io.Reader, size int64,
 	// minio-go sends x-amz-* user metadata keys as headers of their own.
 	opts.UserMetadata[checksumHeader] = crc32cBase64(sum)
 	var info minio.UploadInfo
-	err = untilDeadline(ctx, func() error {
+	err = s.untilDeadline(ctx, func(ctx context.Context) error {
 		if _, err := body.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("rewind the body: %w", err)
 		}

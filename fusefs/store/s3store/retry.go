@@ -19,12 +19,14 @@ const maxRetryDelay = 15 * time.Second
 // close, which no writer waits for and which would otherwise be lost
 // after minio-go's own retries (seconds), and the drain before a mounter
 // lets its mount go. A close(2) that waits for its upload has none: its
-// writer gets EIO and may try again.
-func untilDeadline(ctx context.Context, try func() error) error {
+// writer gets EIO and may try again. Each try is cut once its requests
+// move no byte for the store's StallTimeout (see watchProgress), which
+// bounds a close(2) on an endpoint that stopped reading.
+func (s *Store) untilDeadline(ctx context.Context, try func(context.Context) error) error {
 	delay := time.Second
 	start := time.Now()
 	for tries := 1; ; tries++ {
-		err := try()
+		err := s.tryWatched(ctx, try)
 		if err == nil || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}
@@ -44,4 +46,25 @@ func untilDeadline(ctx context.Context, try func() error) error {
 		}
 		delay = min(2*delay, maxRetryDelay)
 	}
+}
+
+// tryWatched makes one try under a watch of its progress; a try the
+// watch cut fails as an endpoint that does not answer.
+func (s *Store) tryWatched(ctx context.Context, try func(context.Context) error) error {
+	tctx, done := watchProgress(ctx, s.stallTimeout())
+	defer done()
+	err := try(tctx)
+	if err != nil && stalled(tctx) && ctx.Err() == nil {
+		err = fmt.Errorf("S3 endpoint %s moved no byte of the request or its answer for %v: %w",
+			s.client.EndpointURL(), s.stallTimeout(), store.ErrUnavailable)
+		s.health.failed(err)
+	}
+	return err
+}
+
+func (s *Store) stallTimeout() time.Duration {
+	if s.cfg.StallTimeout > 0 {
+		return s.cfg.StallTimeout
+	}
+	return DefaultStallTimeout
 }

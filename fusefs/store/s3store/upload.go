@@ -34,7 +34,7 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 	// with the algorithm; Core does not add the header from AutoChecksum.
 	opts.UserMetadata[checksumAlgorithmHeader] = "CRC32C"
 	var id string
-	err := untilDeadline(ctx, func() (err error) {
+	err := s.untilDeadline(ctx, func(ctx context.Context) (err error) {
 		id, err = s.core.NewMultipartUpload(ctx, s.bucket, key, opts)
 		return s.fail(err)
 	})
@@ -60,7 +60,7 @@ func (u *upload) putPart(ctx context.Context, number int, body io.ReadSeeker, si
 	h.Set(checksumHeader, crc)
 	h.Set(checksumAlgorithmHeader, "CRC32C")
 	var p minio.ObjectPart
-	err := untilDeadline(ctx, func() error {
+	err := u.s.untilDeadline(ctx, func(ctx context.Context) error {
 		if _, err := body.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("rewind the part: %w", err)
 		}
@@ -84,7 +84,7 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	u.mu.Unlock()
 	slices.SortFunc(parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
 	var info minio.UploadInfo
-	err := untilDeadline(ctx, func() (err error) {
+	err := u.s.untilDeadline(ctx, func(ctx context.Context) (err error) {
 		info, err = u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
 		if minio.ToErrorResponse(err).Code == "NoSuchUpload" {
 			// A retry (minio-go's or ours) after a reply lost on the
