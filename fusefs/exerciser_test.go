@@ -1,6 +1,7 @@
 package fusefs_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -738,7 +739,46 @@ func serveMmap(msg, oob []byte) error {
 const helperEnv = "OBJFUSE_TEST_HELPER"
 
 var testHelpers = map[string]func() int{
-	"mmapper": serveMmaps,
+	"mmapper":          serveMmaps,
+	"mmap-after-close": mmapAfterClose,
+}
+
+// mmapAfterClose is a helper that maps the file $OBJFUSE_MMAP_PATH shared
+// and closes its descriptor, writes "first" through the mapping and
+// msyncs it, says "mapped" on stdout, and once a line
+// comes on stdin writes "mapped" at the file's start through the mapping
+// and unmaps it: the kernel sends no FLUSH after those writes, only
+// WRITEs as the mapping goes and then the last RELEASE.
+func mmapAfterClose() int {
+	fd, err := unix.Open(os.Getenv("OBJFUSE_MMAP_PATH"), unix.O_RDWR, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 1
+	}
+	m, err := unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fd)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmap:", err)
+		return 1
+	}
+	// A first write, msynced, makes the mount keep the file's content
+	// locally while it is open, so the later writes need no S3.
+	copy(m, "first")
+	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+		fmt.Fprintln(os.Stderr, "msync:", err)
+		return 1
+	}
+	fmt.Println("mapped")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		fmt.Fprintln(os.Stderr, "stdin:", err)
+		return 1
+	}
+	copy(m, "mapped")
+	if err := unix.Munmap(m); err != nil {
+		fmt.Fprintln(os.Stderr, "munmap:", err)
+		return 1
+	}
+	return 0
 }
 
 func (x *exerciser) chmod() {

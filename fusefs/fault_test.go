@@ -1,10 +1,13 @@
 package fusefs_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -303,4 +306,50 @@ func TestStalledEndpointFailsClose(t *testing.T) {
 		return os.WriteFile(filepath.Join(dir, "after"), []byte("back"), 0o644) == nil
 	})
 	sameBytes(t, "after the stall", stored(t, st, "after"), []byte("back"))
+}
+
+// TestMmapWriteLostAtReleaseIsReported: a file written through a mapping
+// that outlived its descriptor is uploaded by the last RELEASE, which no
+// writer waits for (no close(2) or msync acknowledged those bytes). Should
+// that upload fail, the loss is reported all the same.
+func TestMmapWriteLostAtReleaseIsReported(t *testing.T) {
+	srv := miniotest.Start(t)
+	st, err := s3store.New(srv.Config(), srv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, dir := mountFSOf(t, st, fusefs.Options{})
+	p := filepath.Join(dir, "mapped")
+	if err := os.WriteFile(p, randomBytes(4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=mmap-after-close", "OBJFUSE_MMAP_PATH="+p)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "mapped\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the mapping's writer said %q (%v)", line, err)
+	}
+	// The mount's keys stop working: a failure no retry mends.
+	srv.RestartWithCredentials("rotated-key", "rotated-secret")
+	io.WriteString(stdin, "write\n")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the mapping's writer: %v", err)
+	}
+	eventually(t, 30*time.Second, "the lost upload to be reported", func() bool {
+		h := f.Health()
+		return h.LostUploads == 1 && strings.Contains(h.LastLostUpload, "mapped")
+	})
 }

@@ -409,11 +409,16 @@ func (n *fileNode) release(writable bool) {
 	case n.dirty && n.err == nil && !n.unlinked:
 		// With AsyncClose this is the upload close(2) did not wait for
 		// (the kernel sends RELEASE after close returns); otherwise the
-		// file was written through a handle never flushed (mmap).
+		// file was written through a mapping that outlived its
+		// descriptors, which no FLUSH follows. Either way no writer waits
+		// to hear of a failure: it is reported as a loss.
 		closedAsync := n.closedAsync
+		n.closedAsync = true
 		ctx, cancel := n.fsys.backgroundUploadContext()
-		if n.syncLocked(ctx) != 0 && closedAsync {
-			n.asyncErr = n.uploadErr
+		if n.syncLocked(ctx) != 0 {
+			if closedAsync {
+				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
+			}
 			n.reportLost(n.uploadErr) // unless syncLocked did
 		}
 		cancel()

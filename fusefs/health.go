@@ -16,9 +16,11 @@ type Health struct {
 	Problem error
 	// ProblemSince is when the store's requests began to fail so.
 	ProblemSince time.Time
-	// LostUploads counts files whose upload after an asynchronous close
-	// failed: their data is not in the store. The next fsync or close of
-	// such a file fails too, but its writer may never open it again.
+	// LostUploads counts files whose upload no writer waited for failed
+	// (after an asynchronous close, or of writes through a mapping that
+	// outlived its descriptors): their data is not in the store. The next
+	// fsync or close of such a file fails too, but its writer may never
+	// open it again.
 	LostUploads int64
 	// LastLostUpload names the latest of them and why it failed.
 	LastLostUpload string
