@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -240,8 +241,17 @@ func (b *batcher) send(batch []*batchItem) {
 		stop := context.AfterFunc(it.ctx, func() { cancel(context.Cause(it.ctx)) })
 		defer stop()
 	}
+	// Until a batch was seen extracted, the request goes to a key no file
+	// has (probeKey): a server that ignores the extract header stores the
+	// tar there, not over a file's content.
+	b.mu.Lock()
+	key := batch[0].key
+	if !b.verified {
+		key = probeKey(key)
+	}
+	b.mu.Unlock()
 	wctx, done := watchProgress(ctx, b.s.stallTimeout())
-	err := b.s.putBatch(wctx, batch)
+	err := b.s.putBatch(wctx, batch, key)
 	done()
 	if err != nil {
 		b.s.cfg.logger().Warn("a batch of small objects failed; putting them one by one", "objects", len(batch), "err", err)
@@ -250,7 +260,7 @@ func (b *batcher) send(batch []*batchItem) {
 		}
 		return
 	}
-	if !b.checkExtracted(ctx, batch[0]) {
+	if !b.checkExtracted(ctx, batch[0], key) {
 		return
 	}
 	b.mu.Lock()
@@ -287,14 +297,30 @@ func (b *batcher) turnOff() {
 }
 
 // checkExtracted asks, after the first batch, whether the server stored
-// its first object rather than the tar itself under that object's key,
-// and whether objects' ETags are the MD5 of their bytes.
-func (b *batcher) checkExtracted(ctx context.Context, first *batchItem) bool {
+// the tar itself at the request's key (a probe key: see send) rather than
+// the batch's objects, and whether objects' ETags are the MD5 of their
+// bytes.
+func (b *batcher) checkExtracted(ctx context.Context, first *batchItem, key string) bool {
 	b.mu.Lock()
 	verified := b.verified
 	b.mu.Unlock()
 	if verified {
 		return true
+	}
+	if key != first.key {
+		_, err := b.s.Head(ctx, key)
+		if !errors.Is(err, store.ErrNotExist) {
+			// Stored as a tar, or nothing known either way: the probe goes,
+			// and the objects are put one by one this time.
+			if derr := b.s.Delete(ctx, key); derr != nil {
+				b.s.cfg.logger().Warn("could not delete a batch's probe object", "key", key, "err", derr)
+			}
+			if err == nil {
+				b.s.cfg.logger().Warn("the server stored a batch of small objects as one object instead of extracting it; sending no more batches", "key", key)
+				b.turnOff()
+			}
+			return false
+		}
 	}
 	o, err := b.s.Head(ctx, first.key)
 	if err != nil {
@@ -312,11 +338,19 @@ func (b *batcher) checkExtracted(ctx context.Context, first *batchItem) bool {
 	return true
 }
 
+// probeKey is a key beside key that no file has: a hidden name in the same
+// directory (a bucket policy that lets the mount put key lets it put this).
+func probeKey(key string) string {
+	var r [8]byte
+	rand.Read(r[:])
+	return key[:strings.LastIndex(key, "/")+1] + ".objfuse-batch-probe-" + hex.EncodeToString(r[:])
+}
+
 // putBatch sends batch as one tar that MinIO extracts. Every entry is
 // named relative to the keys' common directory, which goes in the prefix
 // header: MinIO checks the caller's right to put under that prefix (a
 // policy may allow puts only under the mount's prefix), then each key.
-func (s *Store) putBatch(ctx context.Context, batch []*batchItem) error {
+func (s *Store) putBatch(ctx context.Context, batch []*batchItem, key string) error {
 	prefix := commonDir(batch)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -369,10 +403,9 @@ func (s *Store) putBatch(ctx context.Context, batch []*batchItem) error {
 	if prefix != "" {
 		opts.UserMetadata[snowballPrefix] = strings.TrimSuffix(prefix, "/")
 	}
-	// The request's own key is any of the batch's: a server that ignored
-	// the extract header would store the tar there, to be overwritten
-	// by that object's own put (checkExtracted).
-	_, err := s.core.PutObject(ctx, s.bucket, batch[0].key, body, int64(body.Len()), "", "", opts)
+	// MinIO stores the entries and nothing at the request's own key; a
+	// server that ignored the extract header would store the tar there.
+	_, err := s.core.PutObject(ctx, s.bucket, key, body, int64(body.Len()), "", "", opts)
 	if err != nil {
 		return fmt.Errorf("batch of %d objects: %w", len(batch), err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -246,8 +247,12 @@ func inspectingBatches(t *testing.T, srv *miniotest.Server) s3store.Config {
 	t.Helper()
 	target, _ := url.Parse(srv.Endpoint)
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	var sent atomic.Int32
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true" {
+			if sent.Add(1) == 1 && !strings.HasPrefix(path.Base(r.URL.Path), ".objfuse-batch-probe-") {
+				t.Errorf("the first batch went to %s, not to a probe key: had MinIO not extracted it, the tar would have replaced a file", r.URL.Path)
+			}
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				t.Errorf("read a batch: %v", err)
@@ -310,6 +315,11 @@ func sayingMinIO(t *testing.T, cfg s3store.Config) (s3store.Config, *atomic.Int3
 		direct(r)
 		if r.Header.Get("X-Amz-Meta-Snowball-Auto-Extract") == "true" {
 			batches.Add(1)
+			// The server behind does not extract: a batch addressed to a
+			// file's key would replace its content with the tar.
+			if !strings.HasPrefix(path.Base(r.URL.Path), ".objfuse-batch-probe-") {
+				t.Errorf("a batch to a server not known to extract went to %s, not to a probe key", r.URL.Path)
+			}
 		}
 	}
 	proxy.ModifyResponse = func(resp *http.Response) error {
