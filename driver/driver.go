@@ -52,7 +52,12 @@ type Options struct {
 	// DefaultCredentialsDir they also let ListVolumes and Probe reach S3.
 	S3Defaults            volume.Defaults
 	DefaultCredentialsDir string
-	CABundle              string
+	// DefaultCredentialsForVolumes lets a request that carries no secrets
+	// (a StorageClass or PV without a Secret) use DefaultCredentialsDir:
+	// an admin's explicit choice, as every such volume then gets the
+	// driver's own keys. Off, such a request is refused.
+	DefaultCredentialsForVolumes bool
+	CABundle                     string
 
 	// Launcher starts mounters (controller mode).
 	Launcher launcher.Launcher

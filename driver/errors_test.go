@@ -43,6 +43,9 @@ func TestUserMistakes(t *testing.T) {
 		{"bad file mode", map[string]string{"fileMode": "0999"}, good, false, codes.InvalidArgument, []string{`"fileMode"`, "octal"}},
 		{"block volume", nil, good, true, codes.InvalidArgument, []string{"Block"}},
 		{"secret without secret key", nil, noSecretKey, false, codes.InvalidArgument, []string{"secretAccessKey"}},
+		// The driver has credentials of its own, which serve volumes only
+		// when its admin says so.
+		{"no secret", nil, nil, false, codes.InvalidArgument, []string{"no S3 credentials", "provisioner-secret-name", "--s3-credentials-for-volumes"}},
 		{"wrong credentials", nil, wrongCreds, false, codes.PermissionDenied, []string{"rejected the credentials", "InvalidAccessKeyId"}},
 		{"unreachable endpoint", map[string]string{"endpoint": "http://127.0.0.1:1"}, good, false, codes.Unavailable, []string{"cannot reach S3 endpoint http://127.0.0.1:1"}},
 		{"missing shared bucket", map[string]string{"bucket": "no-such-shared-bucket"}, good, false, codes.FailedPrecondition, []string{`"no-such-shared-bucket" does not exist`, "create it first"}},
@@ -107,5 +110,21 @@ func TestWrongRegion(t *testing.T) {
 	}
 	if _, err := env.Controller.CreateVolume(context.Background(), req(map[string]string{"region": "eu-west-1"})); err != nil {
 		t.Fatalf("create volume with the region: %v", err)
+	}
+}
+
+// With --s3-credentials-for-volumes, a request that carries no secrets
+// uses the driver's own credentials (TestUserMistakes: refused without).
+func TestDefaultCredentialsServeVolumesWhenAllowed(t *testing.T) {
+	env := csitest.Start(t, csitest.Options{DefaultCredentialsForVolumes: true})
+	resp, err := env.Controller.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "pvc-default-creds", VolumeCapabilities: mountCap(),
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume without secrets: %v", err)
+	}
+	bucket := resp.GetVolume().GetVolumeContext()["bucket"]
+	if ok, err := env.MinIO.Client().BucketExists(context.Background(), bucket); err != nil || !ok {
+		t.Fatalf("bucket %q of the volume: exists %v, %v", bucket, ok, err)
 	}
 }

@@ -19,25 +19,26 @@ import (
 // Keys a credentials Secret holds: the file names the mounter reads.
 var secretKeys = []string{s3store.AccessKeyFile, s3store.SecretKeyFile, s3store.SessionTokenFile, s3store.CABundleFile}
 
-// credentials picks a request's secrets, else the driver's default
-// credentials directory, and says clearly what is missing.
+// credentials picks a request's secrets, else (when the admin allowed
+// it) the driver's default credentials, and says clearly what is missing.
 func (d *Driver) credentials(secrets map[string]string, secretParam string) (map[string][]byte, error) {
 	out := map[string][]byte{}
-	if len(secrets) > 0 {
+	switch {
+	case len(secrets) > 0:
 		for _, k := range secretKeys {
 			if v, ok := secrets[k]; ok && v != "" {
 				out[k] = []byte(v)
 			}
 		}
-	} else if dir := d.opts.DefaultCredentialsDir; dir != "" {
-		for _, k := range secretKeys {
-			if b, err := os.ReadFile(filepath.Join(dir, k)); err == nil {
-				out[k] = b
-			}
+	case d.opts.DefaultCredentialsDir != "" && d.opts.DefaultCredentialsForVolumes:
+		out = d.defaultCredentials()
+	default:
+		why := ""
+		if d.opts.DefaultCredentialsDir != "" {
+			why = " (the driver's own --s3-credentials-dir serves volumes only when its admin also sets --s3-credentials-for-volumes)"
 		}
-	} else {
-		return nil, status.Errorf(codes.InvalidArgument, "no S3 credentials: set %s-name and %s-namespace in the StorageClass to a Secret with keys %s and %s",
-			secretParam, secretParam, s3store.AccessKeyFile, s3store.SecretKeyFile)
+		return nil, status.Errorf(codes.InvalidArgument, "no S3 credentials: set %s-name and %s-namespace in the StorageClass to a Secret with keys %s and %s%s",
+			secretParam, secretParam, s3store.AccessKeyFile, s3store.SecretKeyFile, why)
 	}
 	for _, k := range []string{s3store.AccessKeyFile, s3store.SecretKeyFile} {
 		if len(out[k]) == 0 {
@@ -54,6 +55,17 @@ func (d *Driver) credentials(secrets map[string]string, secretParam string) (map
 		out[s3store.CABundleFile] = joinPEM(out[s3store.CABundleFile], pem)
 	}
 	return out, nil
+}
+
+// defaultCredentials reads the driver's own credentials directory.
+func (d *Driver) defaultCredentials() map[string][]byte {
+	out := map[string][]byte{}
+	for _, k := range secretKeys {
+		if b, err := os.ReadFile(filepath.Join(d.opts.DefaultCredentialsDir, k)); err == nil {
+			out[k] = b
+		}
+	}
+	return out
 }
 
 // joinPEM concatenates two PEM bundles, each block starting on its own line.
@@ -88,9 +100,11 @@ func (d *Driver) defaultClient() (*minio.Client, error) {
 	if d.opts.S3Defaults.Endpoint == "" || d.opts.DefaultCredentialsDir == "" {
 		return nil, status.Error(codes.FailedPrecondition, "the driver has no default S3 endpoint and credentials (--s3-endpoint, --s3-credentials-dir)")
 	}
-	creds, err := d.credentials(nil, "")
-	if err != nil {
-		return nil, err
+	creds := d.defaultCredentials()
+	for _, k := range []string{s3store.AccessKeyFile, s3store.SecretKeyFile} {
+		if len(creds[k]) == 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "the driver's --s3-credentials-dir has no file %s", k)
+		}
 	}
 	def := d.opts.S3Defaults
 	return d.s3Client(volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}, creds)

@@ -70,6 +70,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.StringVar(&o.S3Defaults.Region, "s3-region", "", "default S3 region")
 	fl.BoolVar(&o.S3Defaults.PathStyle, "s3-path-style", false, "default to path-style S3 requests")
 	fl.StringVar(&o.DefaultCredentialsDir, "s3-credentials-dir", "", "directory with accessKeyID and secretAccessKey for the default endpoint")
+	fl.BoolVar(&o.DefaultCredentialsForVolumes, "s3-credentials-for-volumes", false, "let volumes whose StorageClass or PV names no Secret use --s3-credentials-dir (every such volume gets the driver's own keys)")
 	fl.StringVar(&o.CABundle, "ca-bundle", "", "PEM file of extra CA certificates to trust for S3")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster when running in a pod)")
 	fl.BoolVar(&f.register, "register", true, "register with kubelet through <kubelet-dir>/plugins_registry (node mode)")

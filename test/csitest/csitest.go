@@ -44,6 +44,9 @@ type Options struct {
 	MinIORegion string
 	// Events receives the node's Events for pods (default: the log).
 	Events driver.EventSink
+	// DefaultCredentialsForVolumes lets requests without secrets use the
+	// driver's own credentials (--s3-credentials-for-volumes).
+	DefaultCredentialsForVolumes bool
 }
 
 // Env is a running driver.
@@ -139,18 +142,19 @@ func Start(t testing.TB, o Options) *Env {
 		NodeID: NodeID, Credential: nobody, Logger: log,
 	}
 	d, err := driver.New(driver.Options{
-		Mode:                  driver.ModeAll,
-		NodeID:                NodeID,
-		S3Defaults:            volume.Defaults{Endpoint: srv.Endpoint, PathStyle: true},
-		DefaultCredentialsDir: credsDir,
-		CABundle:              caBundle,
-		Launcher:              proc,
-		KubeletDir:            filepath.Join(dir, "kubelet"),
-		StateDir:              filepath.Join(dir, "node"),
-		ReconcileEvery:        o.ReconcileEvery,
-		Events:                o.Events,
-		MounterWait:           20 * time.Second,
-		Logger:                log,
+		Mode:                         driver.ModeAll,
+		NodeID:                       NodeID,
+		S3Defaults:                   volume.Defaults{Endpoint: srv.Endpoint, PathStyle: true},
+		DefaultCredentialsDir:        credsDir,
+		DefaultCredentialsForVolumes: o.DefaultCredentialsForVolumes,
+		CABundle:                     caBundle,
+		Launcher:                     proc,
+		KubeletDir:                   filepath.Join(dir, "kubelet"),
+		StateDir:                     filepath.Join(dir, "node"),
+		ReconcileEvery:               o.ReconcileEvery,
+		Events:                       o.Events,
+		MounterWait:                  20 * time.Second,
+		Logger:                       log,
 	})
 	if err != nil {
 		t.Fatal(err)
