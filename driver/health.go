@@ -33,12 +33,21 @@ type healthNote struct {
 // only some requests clears and comes back, and is one problem.
 const recoveredAfterChecks = 3
 
+// abnormalReason is why a volume whose mount answers is abnormal, from
+// its mounter's health: "" when it is not. A mount that answers may still
+// fail every request with EACCES or EIO, which no one reading one failed
+// call can tell apart.
+func abnormalReason(volumeID string, h handoff.Health) string {
+	if h.Problem == "" {
+		return ""
+	}
+	return describeProblem(volumeID, h)
+}
+
 // noteHealth tells the pods using st what its mounter says they must know
 // (S3 refusing the mount's requests, files that were closed but never
-// uploaded) when it is news, and returns why the volume is abnormal: ""
-// when it is not. A mount that answers may still fail every request with
-// EACCES or EIO, which no one reading one failed call can tell apart.
-func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) string {
+// uploaded) when it is news.
+func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) {
 	note, known := d.healthNotes[st.VolumeID]
 	if !known {
 		note.lostUploads = st.ToldLostUploads
@@ -48,7 +57,7 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 	note.why = ""
 	switch {
 	case h.Problem != "":
-		note.why, note.clearChecks = describeProblem(st.VolumeID, h), 0
+		note.why, note.clearChecks = abnormalReason(st.VolumeID, h), 0
 		if !note.loggedSince.Equal(h.ProblemSince) {
 			d.log.Warn("the volume's S3 requests fail", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
 			note.loggedSince = h.ProblemSince
@@ -86,7 +95,7 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
 			"%d file(s) of volume %s were closed (asyncClose) but could not be uploaded to S3: their data is not stored. The latest: %s. Their next fsync or close fails with EIO; write them again once S3 accepts the requests.",
 			lost, st.VolumeID, h.LastLostUpload)) != nil {
-			return note.why // told on a later check
+			return // told on a later check
 		}
 	}
 	note.lostUploads = h.LostUploads
@@ -96,7 +105,6 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 			d.log.Error("save state", "volume", st.VolumeID, "err", err)
 		}
 	}
-	return note.why
 }
 
 // untoldOf are the targets not in told.

@@ -108,7 +108,10 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		if rep.Health != nil {
 			h = *rep.Health
 		}
-		d.setAbnormal(volumeID, d.noteHealth(ctx, st, h))
+		// Abnormal first, then the Events: whoever hears of a problem
+		// finds the volume's condition saying so too.
+		d.setAbnormal(volumeID, abnormalReason(volumeID, h))
+		d.noteHealth(ctx, st, h)
 		return
 	}
 	if errors.Is(perr, errHung) {
