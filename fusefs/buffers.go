@@ -38,7 +38,7 @@ func (f *FS) release(n int64) {
 
 // reserveWritten takes n bytes of the memory limit for written data that
 // waits for its upload. When they are not free it waits for them, up to
-// firstBufferWait, but only while uploads under way hold at least n bytes,
+// Options' firstBufferWait, but only while uploads under way hold at least n bytes,
 // which they give back when they end: a writer closing files faster than
 // they upload (asynchronous close) then slows to the upload rate instead
 // of filling memory. Files merely held open give nothing back, and after
@@ -51,7 +51,7 @@ func (f *FS) reserveWritten(ctx context.Context, n int64) bool {
 	if f.uploadingBytes.Load() < n || f.memoryStalled.Load() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, firstBufferWait)
+	ctx, cancel := context.WithTimeout(ctx, f.opts.waits.firstBufferWait)
 	defer cancel()
 	if err := f.memory.Acquire(ctx, n); err != nil {
 		f.memoryStalled.Store(true)

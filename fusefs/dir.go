@@ -137,7 +137,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	e, found, known := n.cached(name)
 	if !known { // S3 is asked
 		var cancel context.CancelFunc
-		ctx, cancel = patient(ctx)
+		ctx, cancel = n.fsys.patient(ctx)
 		defer cancel()
 		if found {
 			e, known = n.listedEntry(ctx, e)

@@ -177,7 +177,7 @@ func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 		select {
 		case <-ch:
 		case <-interrupted:
-			interrupted, gaveUp = nil, time.After(time.Until(graceEnd(ctx)))
+			interrupted, gaveUp = nil, time.After(time.Until(graceEnd(ctx, s.n.fsys.opts.waits.interruptGrace)))
 		case <-gaveUp:
 			s.mu.Lock()
 			return false, syscall.EINTR

@@ -1,5 +1,7 @@
 package fusefs
 
+import "time"
+
 // NewNameStreak is for tests of the lookups that take names for new.
 const NewNameStreak = newNameStreak
 
@@ -29,3 +31,24 @@ const MetaLookahead = metaLookahead
 // PrefetchStalls counts the times an open directory's HEADs reached
 // MetaLookahead and waited.
 func PrefetchStalls(f *FS) int64 { return f.prefetchStalls.Load() }
+
+// WithInterruptGrace is o with an interrupted request going on for d
+// (interruptGrace): a loaded machine's S3 may take longer than the grace.
+func WithInterruptGrace(o Options, d time.Duration) Options {
+	o.waits.interruptGrace = d
+	return o
+}
+
+// WithFirstBufferWait is o with writers waiting up to d for memory before
+// they spill to disk (firstBufferWait).
+func WithFirstBufferWait(o Options, d time.Duration) Options {
+	o.waits.firstBufferWait = d
+	return o
+}
+
+// WithReorderWait is o with a READ that overtook an earlier one waiting
+// up to d for it (reorderWait).
+func WithReorderWait(o Options, d time.Duration) Options {
+	o.waits.reorderWait = d
+	return o
+}

@@ -196,7 +196,7 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 	stale := !n.local() && n.stored && time.Since(n.attrAt) > n.fsys.opts.StatTTL
 	n.mu.Unlock()
 	if stale {
-		ctx, cancel := patient(ctx)
+		ctx, cancel := n.fsys.patient(ctx)
 		defer cancel()
 		o, err := n.fsys.store.Head(ctx, n.key())
 		if err != nil {

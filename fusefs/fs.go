@@ -97,7 +97,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 		return nil, err
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
-	f.reorderWait = reorderWait
+	f.reorderWait = opts.waits.reorderWait
 	f.stopping.init()
 	f.maxParts = store.MaxParts
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {

@@ -58,7 +58,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	ctx, cancel := patient(ctx)
+	ctx, cancel := n.fsys.patient(ctx)
 	defer cancel()
 	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
 	if err != nil {

@@ -26,14 +26,15 @@ type patientKey struct{}
 // every entry under one request's ctx, and a grace each would hold a
 // killed `ls -l` for seconds per entry. A ctx already patient is
 // returned as it is.
-func patient(ctx context.Context) (context.Context, context.CancelFunc) {
+func (f *FS) patient(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Value(patientKey{}) != nil {
 		return ctx, func() {}
 	}
 	out, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), patientKey{}, true))
 	// The grace's timer outlives a request answered meanwhile; it then
 	// cancels what is already cancelled.
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(time.Until(graceEnd(ctx)), cancel) })
+	grace := f.opts.waits.interruptGrace
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(time.Until(graceEnd(ctx, grace)), cancel) })
 	return out, func() {
 		stop()
 		cancel()
@@ -45,11 +46,11 @@ func patient(ctx context.Context) (context.Context, context.CancelFunc) {
 var graces sync.Map
 
 // graceEnd is when the grace of request ctx, interrupted, ends: its
-// first caller's now plus interruptGrace.
-func graceEnd(ctx context.Context) time.Time {
-	v, known := graces.LoadOrStore(ctx, time.Now().Add(interruptGrace))
+// first caller's now plus grace.
+func graceEnd(ctx context.Context, grace time.Duration) time.Time {
+	v, known := graces.LoadOrStore(ctx, time.Now().Add(grace))
 	if !known {
-		time.AfterFunc(2*interruptGrace, func() { graces.Delete(ctx) })
+		time.AfterFunc(2*grace, func() { graces.Delete(ctx) })
 	}
 	return v.(time.Time)
 }

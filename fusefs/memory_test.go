@@ -163,7 +163,9 @@ func TestAsyncBacklogWaitsForUploads(t *testing.T) {
 		}
 		return nil
 	}
-	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: memTestLimit, AsyncClose: true})
+	// Writers wait for memory as long as uploads take here, however
+	// slowly this machine hands out the tokens.
+	f, dir := mountFSOf(t, st, fusefs.WithFirstBufferWait(fusefs.Options{MemoryLimit: memTestLimit, AsyncClose: true}, time.Minute))
 	for i := range memTestFiles {
 		name, data := memTestFile(i)
 		writeFile(t, filepath.Join(dir, name), data)

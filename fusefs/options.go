@@ -61,6 +61,15 @@ type Options struct {
 	// could splice into pipes (an escape hatch; splicing is cheaper).
 	NoSplice bool
 	Logger   *slog.Logger
+
+	// waits are timing choices tests stretch (export_test.go), so that a
+	// loaded machine cannot turn one into a failure.
+	waits waits
+}
+
+// waits: see each default.
+type waits struct {
+	interruptGrace, firstBufferWait, reorderWait time.Duration
 }
 
 // DefaultStagingLimit is StagingLimit when none is given.
@@ -103,6 +112,15 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.waits.interruptGrace == 0 {
+		o.waits.interruptGrace = interruptGrace
+	}
+	if o.waits.firstBufferWait == 0 {
+		o.waits.firstBufferWait = firstBufferWait
+	}
+	if o.waits.reorderWait == 0 {
+		o.waits.reorderWait = reorderWait
 	}
 	if o.Prefix != "" && !strings.HasSuffix(o.Prefix, "/") {
 		o.Prefix += "/"

@@ -31,7 +31,9 @@ func TestReadaheadRepliesFromChunks(t *testing.T) {
 			one, four := randomBytes(size), randomBytes(size)
 			put(t, st, "one", one)
 			put(t, st, "four", four)
-			f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: 20 << 20})
+			// An overtaken READ waits for its bytes long enough on a
+			// loaded machine: else it is fetched alone, not spliced.
+			f, dir := mountFSOf(t, st, fusefs.WithReorderWait(fusefs.Options{MemoryLimit: 20 << 20}, 2*time.Second))
 			if err := handoff.TuneReadahead(dir, 16<<10); err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +164,7 @@ func TestSplicedReadsOfSmallPackets(t *testing.T) {
 	data := randomBytes(size)
 	st := memstore.New()
 	put(t, st, "f", data)
-	f, dir := mountFSOf(t, fragmentingStore{st}, fusefs.Options{})
+	f, dir := mountFSOf(t, fragmentingStore{st}, fusefs.WithReorderWait(fusefs.Options{}, 2*time.Second))
 	if err := handoff.TuneReadahead(dir, handoff.ReadaheadKiB); err != nil {
 		t.Fatal(err)
 	}

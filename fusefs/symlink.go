@@ -50,7 +50,7 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return []byte(t), 0
 	}
 	n.mu.Unlock()
-	ctx, cancel := patient(ctx)
+	ctx, cancel := n.fsys.patient(ctx)
 	defer cancel()
 	body, err := n.fsys.store.Get(ctx, n.fsys.keyOf(&n.Inode), 0, maxSymlinkTarget)
 	if err != nil {
