@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,9 +164,12 @@ func Start(t testing.TB, o Options) *Env {
 	sock := filepath.Join(dir, "csi.sock")
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ctx, "unix://"+sock) }()
+	// Listening, not merely there: the socket file exists a moment before
+	// the driver listens on it.
 	tick := time.NewTicker(10 * time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
-		if _, err := os.Stat(sock); err == nil {
+	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			break
 		}
 		if time.Now().After(deadline) {

@@ -16,6 +16,10 @@ const (
 	StrangerSecretKey = "objfuse-readiness-stranger-secret"
 )
 
+// ErrExited: the server exited while it was waited for (a port taken
+// meanwhile by another process, among other causes).
+var ErrExited = errors.New("the server exited during start-up")
+
 // pollInterval is how often WaitServing asks again.
 const pollInterval = 50 * time.Millisecond
 
@@ -36,7 +40,7 @@ func WaitServing(ctx context.Context, root, stranger *minio.Client, exited <-cha
 	for {
 		select {
 		case <-exited:
-			return errors.New("the server exited during start-up")
+			return ErrExited
 		default:
 		}
 		err := serving(ctx, root, stranger)
@@ -48,7 +52,7 @@ func WaitServing(ctx context.Context, root, stranger *minio.Client, exited <-cha
 		}
 		select {
 		case <-exited:
-			return errors.New("the server exited during start-up")
+			return ErrExited
 		case <-ctx.Done():
 			return fmt.Errorf("not serving signed requests: %w", why)
 		case <-tick.C:

@@ -5,6 +5,7 @@ package miniotest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -73,9 +74,12 @@ func startHTTP(t testing.TB, region string) *Server {
 	t.Helper()
 	s, _ := newServer(t)
 	s.Region = region
-	s.Addr = freeAddr(t)
-	s.Endpoint = "http://" + s.Addr
-	s.start()
+	pick := func() {
+		s.Addr = freeAddr(t)
+		s.Endpoint = "http://" + s.Addr
+	}
+	pick()
+	s.start(pick)
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -126,15 +130,18 @@ func StartTLS(t testing.TB, hosts ...string) *Server {
 	if net.ParseIP(hosts[0]) != nil {
 		ip = hosts[0]
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
+	pick := func() {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Addr = l.Addr().String()
+		l.Close()
+		_, port, _ := net.SplitHostPort(s.Addr)
+		s.Endpoint = "https://" + net.JoinHostPort(hosts[0], port)
 	}
-	s.Addr = l.Addr().String()
-	l.Close()
-	_, port, _ := net.SplitHostPort(s.Addr)
-	s.Endpoint = "https://" + net.JoinHostPort(hosts[0], port)
-	s.start()
+	pick()
+	s.start(pick)
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -153,8 +160,32 @@ func freeAddr(t testing.TB) string {
 	return addr
 }
 
-func (s *Server) start() {
+// startAttempts bounds the starts of a server that exits at once: its
+// ports were free when picked, and another process may have taken one
+// before the server bound it.
+const startAttempts = 3
+
+// start starts the server and waits until it serves. repick, when not
+// nil, picks the server's address anew before another attempt; nil keeps
+// it (a restart must keep its endpoint), and the port is tried again.
+func (s *Server) start(repick func()) {
 	s.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := s.launch()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, localserver.ErrExited) || attempt == startAttempts {
+			s.t.Fatalf("minio at %s: %v", s.Endpoint, err)
+		}
+		if repick != nil {
+			repick()
+		}
+	}
+}
+
+// launch starts the process once and waits until it serves.
+func (s *Server) launch() error {
 	args := []string{"server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t)}
 	if s.certsDir != "" {
 		args = append(args, "--certs-dir", s.certsDir)
@@ -174,7 +205,7 @@ func (s *Server) start() {
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start minio: %v", err)
+		return fmt.Errorf("start minio: %w", err)
 	}
 	s.cmd = cmd
 	s.exited = make(chan struct{})
@@ -184,8 +215,9 @@ func (s *Server) start() {
 	root, stranger := s.Client(), s.clientWith(localserver.StrangerAccessKey, localserver.StrangerSecretKey)
 	if err := localserver.WaitServing(ctx, root, stranger, s.exited); err != nil {
 		s.Stop()
-		s.t.Fatalf("minio at %s: %v", s.Endpoint, err)
+		return err
 	}
+	return nil
 }
 
 // Stop kills the server (as a crash would) and waits for it to exit.
@@ -209,7 +241,7 @@ func (s *Server) Close() {
 // Restart starts the server again on the same address and data.
 func (s *Server) Restart() {
 	s.Stop()
-	s.start()
+	s.start(nil)
 }
 
 // RestartWithCredentials restarts the server with other root
@@ -276,11 +308,14 @@ func StartShared() *Server {
 	os.MkdirAll(s.CredsDir, 0o700)
 	os.WriteFile(filepath.Join(s.CredsDir, s3store.AccessKeyFile), []byte(AccessKey), 0o600)
 	os.WriteFile(filepath.Join(s.CredsDir, s3store.SecretKeyFile), []byte(SecretKey), 0o600)
-	s.Addr = freeAddr(r)
-	s.Endpoint = "http://" + s.Addr
+	pick := func() {
+		s.Addr = freeAddr(r)
+		s.Endpoint = "http://" + s.Addr
+	}
+	pick()
 	func() {
 		defer func() { recover() }()
-		s.start()
+		s.start(pick)
 	}()
 	if r.failed {
 		return nil

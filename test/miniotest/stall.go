@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
-	"github.com/objfuse/objfuse/test/localserver"
 )
 
 // StallingFront is a TCP relay to a server that can be told to stall, as
@@ -26,11 +25,7 @@ type StallingFront struct {
 // StallingFront starts a relay to s for the test's duration.
 func (s *Server) StallingFront(t testing.TB) *StallingFront {
 	t.Helper()
-	addr, err := localserver.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

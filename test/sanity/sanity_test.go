@@ -30,10 +30,12 @@ func TestSanity(t *testing.T) {
 	sanity.Test(t, cfg)
 }
 
-// lateReady delays the connection's handshake a little. csi-test's
-// Connect waits for the connection's state to change from the state it
-// reads first; over a local socket the connection can be Ready before
-// that first read, and Connect then waits a minute and fails.
+// lateReady delays the connection's handshake. csi-test's Connect waits
+// for the connection's state to change from the state it reads first;
+// over a local socket the connection can be Ready before that first read,
+// and Connect then waits a minute and fails. The delay is the time Connect
+// has between dialing and that read: seconds, not the 50 ms that a loaded
+// machine can take (a connection or two per run: cheap).
 type lateReady struct {
 	credentials.TransportCredentials
 }
@@ -42,7 +44,7 @@ func (l lateReady) ClientHandshake(ctx context.Context, authority string, conn n
 	select {
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
-	case <-time.After(50 * time.Millisecond):
+	case <-time.After(2 * time.Second):
 	}
 	return l.TransportCredentials.ClientHandshake(ctx, authority, conn)
 }

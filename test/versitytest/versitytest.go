@@ -6,6 +6,7 @@ package versitytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,6 +50,11 @@ func StartShared() (s *Server, stop func(), err error) {
 		return nil, nil, err
 	}
 	s, kill, err := start(dir)
+	// The port was free when picked; another process may have taken it
+	// before versitygw bound it.
+	for attempt := 2; errors.Is(err, localserver.ErrExited) && attempt <= 3; attempt++ {
+		s, kill, err = start(dir)
+	}
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
