@@ -46,7 +46,7 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 		o.isMinIO.Store(true)
 	}
 	if o.health != nil && err == nil && resp.StatusCode/100 == 2 {
-		o.health.worked()
+		o.health.worked(start)
 	}
 	if o.observe != nil {
 		o.observe(Operation(req), status, time.Since(start))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
@@ -77,9 +78,11 @@ func (s *Store) Health() store.Health {
 }
 
 // probe lists one key of the bucket, as Check does when a mount starts:
-// a success clears the problem, a failure keeps it.
+// a success clears the problem, a failure keeps it, unless a request
+// worked meanwhile.
 func (s *Store) probe(ctx context.Context) {
-	if err := s.listOne(ctx); err != nil {
+	sent := time.Now()
+	if err := s.listOne(ctx); err != nil && !s.health.workedSince(sent) {
 		s.fail(err)
 	}
 }
