@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // What CreateVolume records on what it makes, so that a repeated call is

@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // DefaultName is the CSI driver name.

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // PublishContextMounterUID carries the mounter pod's UID from

@@ -17,10 +17,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // The scheduler's reason for a Pending mounter pod is the error of

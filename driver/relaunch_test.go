@@ -13,10 +13,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // An attached volume whose mounter pod is gone gets a new one, like the

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // Keys a credentials Secret holds: the file names the mounter reads.

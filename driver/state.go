@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // stagedVolume is what the node remembers of a staged volume, so that the

@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

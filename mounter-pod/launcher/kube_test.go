@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 const ns = "objfuse-system"

@@ -11,13 +11,13 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/runtime"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // A process mounter runs as nobody, becomes ready on its socket, reports

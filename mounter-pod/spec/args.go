@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/objfuse/objfuse/driver/volume"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // Mounter is one volume served on one node.

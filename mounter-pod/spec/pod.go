@@ -12,8 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // Labels and annotations objfuse puts on mounter pods and Secrets.

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // A mounter on the pod network serves metrics on its pod IP, announced to

@@ -22,10 +22,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/driver/volume"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // NodeID is the one node of a test environment.
