@@ -140,7 +140,8 @@ func (d *Driver) tellSyncChanges(pvsOf map[string][]*corev1.PersistentVolume, no
 }
 
 // publishCredentials are the mounter credentials ControllerPublishVolume
-// would make from the Secret ref names (nil: the driver's own defaults).
+// would make from the Secret ref names (nil: the driver's own defaults,
+// where its admin allows them for volumes).
 func (d *Driver) publishCredentials(ctx context.Context, ref *corev1.SecretReference) (map[string][]byte, error) {
 	var secrets map[string]string
 	if ref != nil {
@@ -149,7 +150,7 @@ func (d *Driver) publishCredentials(ctx context.Context, ref *corev1.SecretRefer
 			return nil, err
 		}
 		if len(s.Data) == 0 {
-			// credentials() would fall back to the driver's defaults.
+			// credentials() would take it for no Secret at all.
 			return nil, fmt.Errorf("%w: secret %s/%s is empty", errUnusableSecret, ref.Namespace, ref.Name)
 		}
 		secrets = map[string]string{}

@@ -91,9 +91,9 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		lost = h.LostUploads
 	}
 	if lost > 0 {
-		d.log.Error("uploads after an asynchronous close failed", "volume", st.VolumeID, "files", lost, "latest", h.LastLostUpload)
+		d.log.Error("uploads no writer waited for failed", "volume", st.VolumeID, "files", lost, "latest", h.LastLostUpload)
 		if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
-			"%d file(s) of volume %s were closed (asyncClose) but could not be uploaded to S3: their data is not stored. The latest: %s. Their next fsync or close fails with EIO; write them again once S3 accepts the requests.",
+			"%d file(s) of volume %s were closed (asyncClose) or written through a memory mapping, but could not be uploaded to S3: their data is not stored. The latest: %s. The next fsync or close of one closed asynchronously fails with EIO; write them again once S3 accepts the requests.",
 			lost, st.VolumeID, h.LastLostUpload)) != nil {
 			return // told on a later check
 		}

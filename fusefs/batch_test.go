@@ -106,9 +106,11 @@ func TestAsyncClosesShareRequestsOnMinIO(t *testing.T) {
 		eventually(t, time.Minute, "the wave's uploads to end", func() bool { return counted.returned.Load() == int32(last) })
 	}
 	// Each wave: two held single PUTs, then the rest queued behind them
-	// in one batch (at most 128); a batch that failed would put its files
-	// one by one.
-	if got := puts.Load(); got > int32(4*waves) {
+	// in one batch (at most 128): about 3 requests. A put counted as
+	// started but still on its way into the queue when the gate opens may
+	// go on its own, so the bound leaves room; a batch that failed would
+	// put its files one by one, several hundred requests.
+	if got := puts.Load(); got > n/8 {
 		t.Errorf("%d files in %d waves took %d PUT requests: not batched", n, waves, got)
 	}
 	t.Logf("%d files in %d waves: %d PUT requests", n, waves, puts.Load())

@@ -31,8 +31,9 @@ type dirNode struct {
 	// handed out a file of the same name: lookups of these ask for both,
 	// so that the directory wins.
 	shadowed map[string]bool
-	// relisting is closed when the listing relist runs ends.
+	// relisting is closed when the listing relist runs, relisted, ends.
 	relisting chan struct{}
+	relisted  *listing
 	// missStreak counts the lookups in a row that asked the store by name
 	// and found nothing (see expectNewName).
 	missStreak int

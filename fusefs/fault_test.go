@@ -257,9 +257,9 @@ func mountAsyncOnMinio(t *testing.T) (*miniotest.Server, store.Store, *fusefs.FS
 
 // TestStalledEndpointFailsClose: an endpoint that accepts the request and
 // stops reading (or never answers) fails a close(2) that waits for its
-// upload with EIO once the upload has moved no byte for the stall
-// timeout, instead of hanging it for as long as the endpoint likes; the
-// mount works again once the endpoint does.
+// upload with EIO once the upload has stalled (see s3store's
+// DefaultStallTimeout), instead of hanging it for as long as the endpoint
+// likes; the mount works again once the endpoint does.
 func TestStalledEndpointFailsClose(t *testing.T) {
 	srv := miniotest.Start(t)
 	front := srv.StallingFront(t)
@@ -288,8 +288,8 @@ func TestStalledEndpointFailsClose(t *testing.T) {
 			}
 			closed <- f.Close()
 		}()
-		// Each request of the upload is cut after the stall timeout; a
-		// multipart upload's abort and a part's retry add one each.
+		// A request whose answer has not begun is cut 4 stall timeouts
+		// after its body was sent; a body that stops moving, after one.
 		select {
 		case err = <-closed:
 		case <-time.After(6*stall + 10*time.Second):

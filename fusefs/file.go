@@ -48,6 +48,9 @@ type fileNode struct {
 	// RELEASE, a drain, an fsync), the loss is reported (Health), as
 	// that writer may never hear of it.
 	closedAsync bool
+	// failureTold: the latest failed upload was returned to a writer's
+	// close(2) or fsync, and nothing was written since.
+	failureTold bool
 }
 
 var (
@@ -115,7 +118,7 @@ func (n *fileNode) startCreated() {
 	n.dropLocal()
 	n.stream = n.fsys.newStream(n.linkedKey)
 	n.attr.size = 0
-	n.dirty = true
+	n.dirty, n.failureTold = true, false
 	n.stored = false
 }
 
@@ -124,7 +127,7 @@ func (n *fileNode) startCreated() {
 func (n *fileNode) startEmptyLocked() error {
 	n.dropLocal()
 	n.attr.size = 0
-	n.dirty = true
+	n.dirty, n.failureTold = true, false
 	n.cachedETag = ""
 	if !n.unlinked {
 		n.stream = n.fsys.newStream(n.linkedKey)
@@ -270,7 +273,7 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 		return err
 	}
 	n.attr.size = size
-	n.dirty = true
+	n.dirty, n.failureTold = true, false
 	n.cachedETag = ""
 	return nil
 }
@@ -320,6 +323,16 @@ func (n *fileNode) sync(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.syncLocked(ctx)
+}
+
+// syncForWriter is sync for a writer's close(2) or fsync, which hears of
+// a failure: the last RELEASE need not report it again.
+func (n *fileNode) syncForWriter(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.syncLocked(ctx)
+	n.failureTold = e != 0
+	return e
 }
 
 // syncLocked makes the object equal the local content. A failure is EIO
@@ -411,15 +424,17 @@ func (n *fileNode) release(writable bool) {
 		// (the kernel sends RELEASE after close returns); otherwise the
 		// file was written through a mapping that outlived its
 		// descriptors, which no FLUSH follows. Either way no writer waits
-		// to hear of a failure: it is reported as a loss.
-		closedAsync := n.closedAsync
-		n.closedAsync = true
+		// to hear of a failure: it is reported as a loss, unless a
+		// writer's close or fsync already returned it and nothing was
+		// written since.
+		closedAsync, told := n.closedAsync, n.failureTold
+		n.closedAsync = !told
 		ctx, cancel := n.fsys.backgroundUploadContext()
 		if n.syncLocked(ctx) != 0 {
 			if closedAsync {
 				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
 			}
-			n.reportLost(n.uploadErr) // unless syncLocked did
+			n.reportLost(n.uploadErr) // unless syncLocked did, or it was told
 		}
 		cancel()
 	case n.dirty && n.err != nil && n.closedAsync:

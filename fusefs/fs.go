@@ -55,8 +55,8 @@ type FS struct {
 	reorderWait time.Duration
 
 	stats Stats
-	// lostUpload describes the latest upload after an asynchronous close
-	// that failed (Health).
+	// lostUpload describes the latest failed upload no writer waited for
+	// (Health).
 	lostUpload atomic.Pointer[string]
 
 	stopping stopState
@@ -70,7 +70,9 @@ type Stats struct {
 	BytesWritten    atomic.Int64
 	Uploads         atomic.Int64
 	PanicsRecovered atomic.Int64
-	// AsyncUploadErrors are failed uploads after an asynchronous close.
+	// AsyncUploadErrors are failed uploads no writer waited for: after an
+	// asynchronous close, or of writes through a mapping that outlived its
+	// descriptors.
 	AsyncUploadErrors atomic.Int64
 	// BytesSpliced went from S3 into readahead pipes (never through
 	// user space when the store splices).

@@ -111,7 +111,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 		n.attr.size = max(n.attr.size, off+int64(len(data)))
 	}
-	n.dirty = true
+	n.dirty, n.failureTold = true, false
 	n.cachedETag = ""
 	n.fsys.stats.BytesWritten.Add(int64(len(data)))
 	return uint32(len(data)), 0
@@ -161,11 +161,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		}
 		return 0
 	}
-	return h.node.sync(ctx)
+	return h.node.syncForWriter(ctx)
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return h.node.sync(ctx)
+	return h.node.syncForWriter(ctx)
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {

@@ -183,29 +183,29 @@ const relistTimeout = time.Minute
 // this is one LIST per ListTTL. Concurrent callers share one listing. It
 // returns the complete listing the caller is to answer from: the one it
 // waited for, even if that has expired by the time the caller runs again
-// (it began after the caller's lookup did, so its answer is as new as
-// the lookup), or one another caller's relist left fresh meanwhile. Nil
-// sends the caller to the store by name.
+// (it began after the listing the caller missed in had expired: as good
+// an answer as one the caller had waited for while fresh), or one another
+// caller's relist left fresh meanwhile. Nil sends the caller to the store
+// by name.
 func (n *dirNode) relist(ctx context.Context) *listing {
 	n.mu.Lock()
-	done, l := n.relisting, n.listCache
+	done, l := n.relisting, n.relisted
 	if done == nil {
-		if l != nil && l.complete && len(l.entries) > relistLimit {
+		if c := n.listCache; c != nil && c.complete && len(c.entries) > relistLimit {
 			n.relistable = false // grown past a page by this mount's creates
 		}
 		if fresh := n.freshListing(); fresh != nil && fresh.complete {
 			n.mu.Unlock()
 			return fresh // another lookup's relist ended since ours missed
 		}
-		arriving := l != nil && !l.complete
+		arriving := n.listCache != nil && !n.listCache.complete
 		if !n.relistable || arriving {
 			n.mu.Unlock()
 			return nil
 		}
 		done = make(chan struct{})
-		n.relisting = done
 		l = newArrivingListing()
-		n.listCache = l
+		n.relisting, n.relisted, n.listCache = done, l, l
 		go n.runRelist(l, done)
 	}
 	n.mu.Unlock()
@@ -263,7 +263,7 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}) {
 			n.keepListing(l)
 		}
 	}
-	n.relisting = nil
+	n.relisting, n.relisted = nil, nil
 	n.mu.Unlock()
 	close(done)
 }

@@ -94,6 +94,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	if f.launcherKind != "pod" && f.launcherKind != "process" {
 		return nil, fmt.Errorf("--launcher %q: want pod or process", f.launcherKind)
 	}
+	if o.DefaultCredentialsForVolumes && o.DefaultCredentialsDir == "" {
+		return nil, errors.New("--s3-credentials-for-volumes needs --s3-credentials-dir: the credentials it lets volumes use")
+	}
 	if o.S3Defaults.Endpoint != "" {
 		if _, err := volume.ParseParams(nil, o.S3Defaults); err != nil {
 			return nil, fmt.Errorf("--s3-endpoint: %w", err)

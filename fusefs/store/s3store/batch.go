@@ -253,6 +253,11 @@ func (b *batcher) send(batch []*batchItem) {
 	wctx, done := watchProgress(ctx, b.s.stallTimeout())
 	err := b.s.putBatch(wctx, batch, key)
 	done()
+	if err != nil && key != batch[0].key {
+		// A server that stores tars may have stored this one before the
+		// batch failed (a reply lost, a stall): the probe goes.
+		go b.dropProbe(key)
+	}
 	if err != nil {
 		b.s.cfg.logger().Warn("a batch of small objects failed; putting them one by one", "objects", len(batch), "err", err)
 		if refusesBatches(err) {
@@ -312,9 +317,7 @@ func (b *batcher) checkExtracted(ctx context.Context, first *batchItem, key stri
 		if !errors.Is(err, store.ErrNotExist) {
 			// Stored as a tar, or nothing known either way: the probe goes,
 			// and the objects are put one by one this time.
-			if derr := b.s.Delete(ctx, key); derr != nil {
-				b.s.cfg.logger().Warn("could not delete a batch's probe object", "key", key, "err", derr)
-			}
+			b.dropProbe(key)
 			if err == nil {
 				b.s.cfg.logger().Warn("the server stored a batch of small objects as one object instead of extracting it; sending no more batches", "key", key)
 				b.turnOff()
@@ -336,6 +339,19 @@ func (b *batcher) checkExtracted(ctx context.Context, first *batchItem, key stri
 	b.verified, b.md5ETags = true, o.ETag == first.etag
 	b.mu.Unlock()
 	return true
+}
+
+// probeTimeout bounds the delete of a batch's probe object, which no
+// caller's interrupt stops.
+const probeTimeout = time.Minute
+
+// dropProbe deletes a batch's probe object, if the server stored one.
+func (b *batcher) dropProbe(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	if err := b.s.Delete(ctx, key); err != nil {
+		b.s.cfg.logger().Warn("could not delete a batch's probe object", "key", key, "err", err)
+	}
 }
 
 // probeKey is a key beside key that no file has: a hidden name in the same

@@ -25,7 +25,7 @@ type health struct {
 	// (UnixNano): an idle mount sends no request that could tell.
 	lastProbe atomic.Int64
 	// lastWorked and lastFailed are when a success and a failure were
-	// last noted (UnixNano). A request's answer is older news than one
+	// last noted (mono). A request's answer is older news than one
 	// noted after the request was sent: a slow success must not clear a
 	// failure seen since, nor a slow probe's failure undo a success.
 	lastWorked, lastFailed atomic.Int64
@@ -47,10 +47,10 @@ const probeEvery = 10 * time.Second
 // worked is called for every response in the 2xx range to a request sent
 // at sent: the credentials, the bucket and the endpoint all served it.
 func (h *health) worked(sent time.Time) {
-	if h.lastFailed.Load() > sent.UnixNano() {
+	if h.lastFailed.Load() > int64(sent.Sub(monoBase)) {
 		return // a failure was noted since this request went out
 	}
-	h.lastWorked.Store(time.Now().UnixNano())
+	h.lastWorked.Store(mono())
 	if p := h.problem.Load(); p != nil && h.problem.CompareAndSwap(p, nil) {
 		h.cleared.Store(&clearedProblem{Health: *p, at: time.Now()})
 	}
@@ -58,12 +58,12 @@ func (h *health) worked(sent time.Time) {
 
 // workedSince reports whether a success was noted after t.
 func (h *health) workedSince(t time.Time) bool {
-	return h.lastWorked.Load() > t.UnixNano()
+	return h.lastWorked.Load() > int64(t.Sub(monoBase))
 }
 
 // failed notes err, already explained and reportable.
 func (h *health) failed(err error) {
-	h.lastFailed.Store(time.Now().UnixNano())
+	h.lastFailed.Store(mono())
 	since := time.Now()
 	if old := h.problem.Load(); old != nil && sameKind(old.Problem, err) {
 		since = old.Since

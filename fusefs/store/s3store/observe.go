@@ -34,6 +34,8 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case err == nil:
 		status = strconv.Itoa(resp.StatusCode/100) + "xx"
+	case stalled(req.Context()):
+		status = "timeout" // objfuse's own limit: see watchProgress
 	case errors.Is(req.Context().Err(), context.Canceled):
 		status = "canceled"
 	case errors.Is(req.Context().Err(), context.DeadlineExceeded):

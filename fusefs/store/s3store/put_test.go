@@ -6,10 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -204,5 +209,35 @@ func TestPutGrowsPartsPastS3sPartCount(t *testing.T) {
 	defer obj.Close()
 	if got, err := io.ReadAll(obj); err != nil || !bytes.Equal(got, data) {
 		t.Errorf("stored bytes differ (%v)", err)
+	}
+}
+
+// A server that works a while before it answers (a large multipart
+// completion on a server that sends no keep-alive spaces) is not cut by
+// the stall timeout once the request's body is sent: its answer gets
+// four times as long.
+func TestSlowAnswerIsNotCut(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	target, _ := url.Parse(srv.Endpoint)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	const stall = time.Second
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			body, _ := io.ReadAll(r.Body) // all of it: the client waits for the answer now
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			<-time.After(5 * stall / 2) // the server at work: longer than the stall timeout
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	cfg := srv.Config()
+	cfg.Endpoint, cfg.StallTimeout, cfg.NoBatching = front.URL, stall, true
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(t.Context(), "slow", bytes.NewReader([]byte("slow answer")), 11, nil); err != nil {
+		t.Fatalf("put answered after %v with a stall timeout of %v: %v", 5*stall/2, stall, err)
 	}
 }

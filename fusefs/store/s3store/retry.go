@@ -55,8 +55,8 @@ func (s *Store) tryWatched(ctx context.Context, try func(context.Context) error)
 	defer done()
 	err := try(tctx)
 	if err != nil && stalled(tctx) && ctx.Err() == nil {
-		err = fmt.Errorf("S3 endpoint %s moved no byte of the request or its answer for %v: %w",
-			s.client.EndpointURL(), s.stallTimeout(), store.ErrUnavailable)
+		err = fmt.Errorf("S3 endpoint %s stalled: no byte of the request or its answer moved for %v, or no answer began %v after the request was sent: %w",
+			s.client.EndpointURL(), s.stallTimeout(), answerWaits*s.stallTimeout(), store.ErrUnavailable)
 		s.health.failed(err)
 	}
 	return err

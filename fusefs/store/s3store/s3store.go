@@ -341,8 +341,9 @@ func (s *Store) list(ctx context.Context, prefix, startAfter string, recursive b
 				}
 				o, err := object(info, meta)
 				if err != nil {
-					yield(store.Entry{}, fmt.Errorf("list %q: %w", prefix, err))
-					return
+					// One broken entry must not hide its directory.
+					s.cfg.logger().Warn("skipping a listed object", "prefix", prefix, "err", err)
+					continue
 				}
 				e.Object = o
 			}
@@ -363,7 +364,7 @@ const maxAnsweredSize = 64 << 40
 // impossible size is an error, not an object.
 func object(info minio.ObjectInfo, meta map[string]string) (store.Object, error) {
 	if info.Size < 0 || info.Size > maxAnsweredSize {
-		return store.Object{}, fmt.Errorf("the server gave %q a size of %d bytes, which no object has", info.Key, info.Size)
+		return store.Object{}, fmt.Errorf("the server gave %q a size of %d bytes (or none: -1), which no object has", info.Key, info.Size)
 	}
 	o := store.Object{Key: info.Key, Size: info.Size, ETag: strings.Trim(info.ETag, `"`), LastModified: info.LastModified}
 	if meta != nil {

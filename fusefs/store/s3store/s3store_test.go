@@ -84,7 +84,8 @@ func TestWrongRegionIsNamed(t *testing.T) {
 }
 
 // A size no object can have (negative, or beyond any S3 server's largest
-// object) in a HEAD or a listing is an error, not a file of that size.
+// object) is never a file of that size: a HEAD saying so is an error, and
+// a listing leaves the entry out (the rest of the directory still lists).
 func TestImpossibleSizesAreRefused(t *testing.T) {
 	for _, size := range []string{"-5", "1152921504606846976"} { // 1 EiB
 		t.Run(size, func(t *testing.T) {
@@ -97,7 +98,8 @@ func TestImpossibleSizesAreRefused(t *testing.T) {
 				}
 				w.Header().Set("Content-Type", "application/xml")
 				fmt.Fprintf(w, `<ListBucketResult><Name>bkt</Name><IsTruncated>false</IsTruncated>`+
-					`<Contents><Key>f</Key><Size>%s</Size><ETag>"e"</ETag><LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents></ListBucketResult>`, size)
+					`<Contents><Key>f</Key><Size>%s</Size><ETag>"e"</ETag><LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents>`+
+					`<Contents><Key>g</Key><Size>1</Size><ETag>"e"</ETag><LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents></ListBucketResult>`, size)
 			}))
 			defer srv.Close()
 			st, err := s3store.New(s3store.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, MaxRetries: 1,
@@ -108,10 +110,15 @@ func TestImpossibleSizesAreRefused(t *testing.T) {
 			if o, err := st.Head(t.Context(), "f"); err == nil {
 				t.Errorf("HEAD answering Content-Length %s: an object of %d bytes, want an error", size, o.Size)
 			}
+			var listed []string
 			for e, err := range st.List(t.Context(), "", "", false) {
-				if err == nil {
-					t.Errorf("a listing giving size %s: an entry of %d bytes, want an error", size, e.Object.Size)
+				if err != nil {
+					t.Fatalf("a listing with one impossible size: %v", err)
 				}
+				listed = append(listed, fmt.Sprintf("%s:%d", e.Key, e.Object.Size))
+			}
+			if fmt.Sprint(listed) != "[g:1]" {
+				t.Errorf("a listing giving f a size of %s lists %v, want only g", size, listed)
 			}
 		})
 	}

@@ -10,12 +10,18 @@ import (
 )
 
 // DefaultStallTimeout is Config.StallTimeout when none is given: an
-// upload whose requests move no byte, either way, for this long is cut.
+// upload whose requests move no byte, either way, for this long is cut,
+// and one whose answer has not begun answerWaits times as long after its
+// body was sent (a server that works before it answers: a large
+// CompleteMultipartUpload on a server that sends no keep-alive spaces).
 // Without it a close(2) that waits for its upload could hang for as long
-// as an endpoint that accepted the connection chooses not to read: the
-// HTTP transport has no write timeout, and minio-go retries a request
-// whose response never came ten times over.
+// as an endpoint that accepted the connection chooses: the HTTP transport
+// has no write timeout, and minio-go retries a request whose answer never
+// came ten times over.
 const DefaultStallTimeout = 30 * time.Second
+
+// answerWaits: see DefaultStallTimeout.
+const answerWaits = 4
 
 // errStalled is the cause of a try's context cut by its watch.
 var errStalled = errors.New("no byte moved")
@@ -23,38 +29,58 @@ var errStalled = errors.New("no byte moved")
 // progressKey marks a request context whose bytes a watch counts.
 type progressKey struct{}
 
+// monoBase anchors mono: times compared across goroutines as integers
+// keep the monotonic clock's order (a wall clock can step).
+var monoBase = time.Now()
+
+// mono is the time since monoBase.
+func mono() int64 { return int64(time.Since(monoBase)) }
+
 // watch cuts a context once the requests made under it have moved no
-// byte for d: neither read from a request body by the transport, nor a
-// response's header or body bytes received.
+// byte for d (body bytes read by the transport, a response's header or
+// body bytes received) or, after a request's body was all sent, its
+// answer has not begun within answerWaits×d.
 type watch struct {
-	d     time.Duration
-	last  atomic.Int64 // unix nanoseconds of the latest progress
-	timer *time.Timer
+	d       time.Duration
+	last    atomic.Int64 // mono() of the latest progress
+	waiting atomic.Bool  // a request's body is sent, its answer not begun
+	timer   *time.Timer
 }
 
 // watchProgress returns ctx with a watch that cancels it with cause
-// errStalled after d without progress, and the function that ends the
-// watch (call it when the try is done).
+// errStalled (see watch), and the function that ends the watch (call it
+// when the try is done).
 func watchProgress(ctx context.Context, d time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	w := &watch{d: d}
 	w.touch()
 	var check func()
 	check = func() {
-		if idle := time.Since(time.Unix(0, w.last.Load())); idle < w.d {
-			w.timer.Reset(w.d - idle)
+		limit := w.d
+		if w.waiting.Load() {
+			limit *= answerWaits
+		}
+		if idle := time.Duration(mono() - w.last.Load()); idle < limit {
+			w.timer.Reset(limit - idle)
 			return
 		}
 		cancel(errStalled)
 	}
-	w.timer = time.AfterFunc(d, check)
+	w.timer = time.AfterFunc(time.Hour, check)
+	w.timer.Reset(d)
 	return context.WithValue(ctx, progressKey{}, w), func() {
 		w.timer.Stop()
 		cancel(nil)
 	}
 }
 
-func (w *watch) touch() { w.last.Store(time.Now().UnixNano()) }
+func (w *watch) touch() { w.last.Store(mono()) }
+
+// sent marks a request's body as all sent: its answer is waited for.
+func (w *watch) sent() {
+	w.touch()
+	w.waiting.Store(true)
+}
 
 // stalled reports whether ctx was cut by its watch.
 func stalled(ctx context.Context) bool {
@@ -71,11 +97,16 @@ func (p progressCounting) RoundTrip(req *http.Request) (*http.Response, error) {
 		return p.inner.RoundTrip(req)
 	}
 	if req.Body != nil && req.Body != http.NoBody {
+		w.touch()
+		w.waiting.Store(false)
 		req = req.WithContext(req.Context()) // a copy: a RoundTripper must not change its request
-		req.Body = &touching{ReadCloser: req.Body, w: w}
+		req.Body = &touching{ReadCloser: req.Body, w: w, left: req.ContentLength, sending: true}
+	} else {
+		w.sent()
 	}
 	resp, err := p.inner.RoundTrip(req)
 	if err == nil {
+		w.waiting.Store(false)
 		w.touch()
 		resp.Body = &touching{ReadCloser: resp.Body, w: w}
 	}
@@ -89,16 +120,23 @@ func (p progressCounting) CloseIdleConnections() {
 	}
 }
 
-// touching is a body whose reads are progress.
+// touching is a body whose reads are progress; a request's (sending),
+// once read to its end (left bytes, or EOF), leaves its answer waited for.
 type touching struct {
 	io.ReadCloser
-	w *watch
+	w       *watch
+	left    int64 // of a request's body, when known (else -1)
+	sending bool
 }
 
 func (t *touching) Read(p []byte) (int, error) {
 	n, err := t.ReadCloser.Read(p)
 	if n > 0 {
 		t.w.touch()
+		t.left -= int64(n)
+	}
+	if t.sending && (err != nil || t.left == 0) {
+		t.w.sent()
 	}
 	return n, err
 }
