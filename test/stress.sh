@@ -39,7 +39,9 @@ done < <(go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImpo
 echo "stress: go test -race -count=$count ${run[*]} on ${#all[@]} packages, and ${#ginkgo[@]} Ginkgo suites $count times, beside $load busy loops" >&2
 start=$(date +%s)
 status=0
-CGO_ENABLED=1 go test -race -count="$count" -timeout "${STRESS_TIMEOUT:-4h}" "${run[@]}" "${all[@]}" || status=$?
+if ((${#all[@]})); then
+  CGO_ENABLED=1 go test -race -count="$count" -timeout "${STRESS_TIMEOUT:-4h}" "${run[@]}" "${all[@]}" || status=$?
+fi
 if ((${#ginkgo[@]})); then
   for i in $(seq "$count"); do
     CGO_ENABLED=1 go test -race -count=1 -timeout "${STRESS_TIMEOUT:-4h}" "${run[@]}" "${ginkgo[@]}" || status=$?
