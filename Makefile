@@ -4,19 +4,24 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: build test e2e unit stress demo demo-down images bench lint
+.PHONY: build test e2e unit fuzz stress demo demo-down images bench lint
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-# Everything CI runs: the Go tests, then the e2e suite on a real cluster.
-test: unit e2e
+# Everything CI runs: the Go tests, the fuzz targets briefly, then the
+# e2e suite on a real cluster.
+test: unit fuzz e2e
 
 # Unit and behaviour suites on memory and a real MinIO (each test starts its
 # own), the CLI, csi-sanity and node tests, with the race detector. Needs
 # root and /dev/fuse.
 unit:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
+
+# Every fuzz target for FUZZTIME (default 5s) each (test/fuzz.sh).
+fuzz:
+	test/fuzz.sh
 
 # The Go suites, 5 times over under -race while busy loops keep every
 # core occupied: what depends on timing fails here before it fails CI.

@@ -32,8 +32,9 @@ func ParseID(s string) (ID, error) {
 	if len(parts) != 6 || parts[0] != idVersion {
 		return ID{}, fmt.Errorf("volume id %q was not made by objfuse", s)
 	}
-	ps, err := strconv.ParseBool(parts[3])
-	if err != nil {
+	// Only what String writes: one volume, one id.
+	ps := parts[3] == "true"
+	if !ps && parts[3] != "false" {
 		return ID{}, fmt.Errorf("volume id %q: bad path-style field", s)
 	}
 	id := ID{S3: S3{Endpoint: parts[1], Region: parts[2], PathStyle: ps}, Bucket: parts[4], Prefix: parts[5]}
