@@ -164,7 +164,7 @@ func TestSplicedReadsOfSmallPackets(t *testing.T) {
 	data := randomBytes(size)
 	st := memstore.New()
 	put(t, st, "f", data)
-	f, dir := mountFSOf(t, fragmentingStore{st}, fusefs.WithReorderWait(fusefs.Options{}, 2*time.Second))
+	f, dir := mountFSOf(t, fragmentingStore{st}, fusefs.Options{})
 	if err := handoff.TuneReadahead(dir, handoff.ReadaheadKiB); err != nil {
 		t.Fatal(err)
 	}
