@@ -58,8 +58,11 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // CloseIdleConnections reaches the inner transport, so that the client's
 // own CloseIdleConnections still works through the wrapper.
-func (o observed) CloseIdleConnections() {
-	if c, ok := o.inner.(interface{ CloseIdleConnections() }); ok {
+func (o observed) CloseIdleConnections() { closeIdle(o.inner) }
+
+// closeIdle passes CloseIdleConnections on to a wrapped transport.
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 }

@@ -114,11 +114,7 @@ func (p progressCounting) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // CloseIdleConnections reaches the inner transport.
-func (p progressCounting) CloseIdleConnections() {
-	if c, ok := p.inner.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
+func (p progressCounting) CloseIdleConnections() { closeIdle(p.inner) }
 
 // touching is a body whose reads are progress; a request's (sending),
 // once read to its end (left bytes, or EOF), leaves its answer waited for.
