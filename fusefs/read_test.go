@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,7 +112,28 @@ func TestReadaheadIsOneLargestRead(t *testing.T) {
 // fragmentingStore's GET bodies splice in pieces of 1000 bytes, as
 // packets on an ordinary network arrive from a socket: each piece takes a
 // pipe slot of its own.
-type fragmentingStore struct{ store.Store }
+//
+// vmsplice puts references to the body's pages in the pipe, not copies:
+// were the body's memory freed while its bytes wait in a chunk's pipe,
+// Go would hand the same pages to new allocations and the READ would
+// return whatever those wrote. So every body stays referenced by the
+// store until the test ends (kept).
+type fragmentingStore struct {
+	store.Store
+	kept *keptBodies
+}
+
+// keptBodies holds every body fragmentingStore served.
+type keptBodies struct {
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func newFragmentingStore(t *testing.T, st store.Store) fragmentingStore {
+	kept := &keptBodies{}
+	t.Cleanup(func() { runtime.KeepAlive(kept) })
+	return fragmentingStore{Store: st, kept: kept}
+}
 
 func (fragmentingStore) Splices() bool { return true }
 
@@ -124,6 +147,9 @@ func (s fragmentingStore) Get(ctx context.Context, key string, off, length int64
 	if err != nil {
 		return nil, err
 	}
+	s.kept.mu.Lock()
+	s.kept.bodies = append(s.kept.bodies, data)
+	s.kept.mu.Unlock()
 	return &piecesBody{Reader: bytes.NewReader(data), data: data}, nil
 }
 
@@ -158,13 +184,15 @@ func (b *piecesBody) SpliceTo(fd, max int) (int, error) {
 // Readahead from a network that delivers small packets: pipes fill by
 // slots long before bytes, and every READ still gets all its bytes (the
 // reply is copied when its pipe fills), never an error or a short reply
-// the kernel would take for the end of the file.
+// the kernel would take for the end of the file. An overtaken READ waits
+// up to 2 s (not 20 ms) so that on a loaded machine the pipes still serve
+// most bytes, which the test asserts.
 func TestSplicedReadsOfSmallPackets(t *testing.T) {
 	const size = 24 << 20
 	data := randomBytes(size)
 	st := memstore.New()
 	put(t, st, "f", data)
-	f, dir := mountFSOf(t, fragmentingStore{st}, fusefs.Options{})
+	f, dir := mountFSOf(t, newFragmentingStore(t, st), fusefs.WithReorderWait(fusefs.Options{}, 2*time.Second))
 	if err := handoff.TuneReadahead(dir, handoff.ReadaheadKiB); err != nil {
 		t.Fatal(err)
 	}
