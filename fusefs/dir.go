@@ -265,6 +265,13 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 }
 
 func fillEntry(ctx context.Context, ch *fs.Inode, out *fuse.EntryOut) syscall.Errno {
+	if f, ok := ch.Operations().(*fileNode); ok {
+		// The lookup's own answer is as fresh as attributes get; a
+		// Getattr past a StatTTL shorter than the lookup took would ask
+		// for the key of an inode not in the tree yet, which has none.
+		f.fillAttr(&out.Attr)
+		return 0
+	}
 	var ao fuse.AttrOut
 	if errno := ch.Operations().(fs.NodeGetattrer).Getattr(ctx, nil, &ao); errno != 0 {
 		return errno

@@ -982,7 +982,7 @@ func (x *exerciser) checkGone(name, when string) {
 }
 
 func (x *exerciser) storedBytes(name string) ([]byte, error) {
-	body, err := x.st.Get(context.Background(), x.keyPrefix+name, 0, -1)
+	body, err := x.st.Get(context.Background(), x.keyPrefix+name, store.AnyVersion, 0, -1)
 	if err != nil {
 		return nil, err
 	}

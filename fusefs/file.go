@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -34,10 +33,20 @@ type fileNode struct {
 	unlinked       bool
 	// cachedETag is the ETag whose content the kernel's page cache holds.
 	cachedETag string
+	// replacedElsewhere counts the times a lookup or stat found the
+	// object replaced by a version this mount did not write: a handle
+	// opened before keeps reading its own version (handle.pin).
+	replacedElsewhere uint64
 
 	stream  *stream
 	staging *stagingFile
-	dirty   bool  // local content differs from the object
+	// base is the version the staging copy was loaded from: its upload
+	// is conditional on the object still being that version, so that a
+	// change made here never silently overwrites another writer's.
+	// AnyVersion when the content replaces the object whole (created,
+	// truncated to empty), which is last-writer-wins, as S3 itself.
+	base  string
+	dirty bool  // local content differs from the object
 	err     error // a failed upload, reported until the last close
 	// asyncErr is an upload that failed after an asynchronous close,
 	// reported by the next close or fsync of this file.
@@ -108,6 +117,15 @@ func (n *fileNode) refresh(a attrs) {
 	if n.local() || n.unlinked {
 		return
 	}
+	n.takeAttrsLocked(a)
+}
+
+// takeAttrsLocked takes attributes the store gave, counting a version
+// this mount did not write (see handle.pin).
+func (n *fileNode) takeAttrsLocked(a attrs) {
+	if a.etag != n.attr.etag && a.etag != "" && n.attr.etag != "" {
+		n.replacedElsewhere++
+	}
 	n.attr, n.attrAt, n.stored = a, time.Now(), true
 }
 
@@ -152,6 +170,7 @@ func (n *fileNode) dropLocal() {
 		n.staging = nil
 	}
 	n.dirty, n.closedAsync = false, false
+	n.base = store.AnyVersion
 }
 
 // toStaging moves the content to a staging file: from the stream's
@@ -186,11 +205,28 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := n.fsys.loadStaging(ctx, key, n.attr.size)
+	st, err := n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
+	if errors.Is(err, store.ErrChanged) {
+		// Another writer replaced the object since its attributes were
+		// read: the change starts from the version there now.
+		if err = n.revalidateLocked(ctx, key); err == nil {
+			st, err = n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
+		}
+	}
 	if err != nil {
 		return err
 	}
-	n.staging = st
+	n.staging, n.base = st, n.attr.etag
+	return nil
+}
+
+// revalidateLocked takes the object's attributes from a HEAD.
+func (n *fileNode) revalidateLocked(ctx context.Context, key string) error {
+	o, err := n.fsys.store.Head(ctx, key)
+	if err != nil {
+		return err
+	}
+	n.takeAttrsLocked(n.fsys.attrsOf(o, syscall.S_IFREG))
 	return nil
 }
 
@@ -207,12 +243,17 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 		}
 		n.refresh(n.fsys.attrsOf(o, syscall.S_IFREG))
 	}
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+// fillAttr answers with the attributes the node holds, asking no one.
+func (n *fileNode) fillAttr(out *fuse.Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	a := n.attr
 	a.size = n.size()
-	a.fill(&out.Attr)
-	return 0
+	a.fill(out)
 }
 
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -243,11 +284,10 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 		}
 		if !n.dirty && n.stored {
 			key := n.key()
-			o, err := n.fsys.store.Copy(ctx, key, key, a.metadata())
-			if err != nil {
+			var err error
+			if a, err = n.rewriteMetadataLocked(ctx, key, a, in); err != nil {
 				return errno(err)
 			}
-			a.etag = o.ETag
 			n.mtimeSet = false
 			noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 		}
@@ -257,6 +297,28 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 	a.size = n.size()
 	a.fill(&out.Attr)
 	return 0
+}
+
+// rewriteMetadataLocked stores a's metadata (a chmod, chown or utimes)
+// by copying the object onto itself, on the condition that it is still
+// the version a describes: should another writer have replaced it, the
+// change in is applied to that version's attributes instead, so that
+// nothing the other writer set is overwritten with what this mount had.
+func (n *fileNode) rewriteMetadataLocked(ctx context.Context, key string, a attrs, in *fuse.SetAttrIn) (attrs, error) {
+	o, err := n.fsys.store.Copy(ctx, key, a.etag, key, a.metadata())
+	if errors.Is(err, store.ErrChanged) {
+		if err = n.revalidateLocked(ctx, key); err != nil {
+			return a, err
+		}
+		a = n.attr
+		a.applySetattr(in)
+		o, err = n.fsys.store.Copy(ctx, key, a.etag, key, a.metadata())
+	}
+	if err != nil {
+		return a, err
+	}
+	a.etag = o.ETag
+	return a, nil
 }
 
 func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
@@ -312,7 +374,9 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if !n.local() {
 		n.cachedETag = n.attr.etag
 	}
-	return &handle{node: n, writable: writable, r: reader{fsys: n.fsys}}, fuseFlags
+	h := &handle{node: n, writable: writable, r: reader{fsys: n.fsys}}
+	h.pin.follow(n)
+	return h, fuseFlags
 }
 
 func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
@@ -380,9 +444,10 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		}
 	case n.staging != nil:
 		size := n.attr.size
-		o, perr := n.fsys.store.Put(ctx, key, io.NewSectionReader(n.staging.f, 0, size), size, meta)
+		o, perr := n.uploadStaging(ctx, key, size, meta)
 		if err = perr; err == nil {
 			a.size, a.etag = size, o.ETag
+			n.base = o.ETag
 		}
 	}
 	if err != nil {
@@ -466,7 +531,7 @@ func (n *fileNode) keepForUnlink(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.opens > 0 && !n.local() && n.stored && n.attr.size <= n.fsys.opts.StagingLimit/4 {
-		st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.size)
+		st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.etag, n.attr.size)
 		if err == nil {
 			n.staging = st
 		}

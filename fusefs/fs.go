@@ -58,6 +58,9 @@ type FS struct {
 	// lostUpload describes the latest failed upload no writer waited for
 	// (Health).
 	lostUpload atomic.Pointer[string]
+	// lastConflict describes the latest change kept under a conflict
+	// name (Health).
+	lastConflict atomic.Pointer[string]
 
 	stopping stopState
 }
@@ -74,6 +77,9 @@ type Stats struct {
 	// asynchronous close, or of writes through a mapping that outlived its
 	// descriptors.
 	AsyncUploadErrors atomic.Int64
+	// Conflicts are changes to a file that another writer replaced
+	// meanwhile, kept under a conflict name instead (conflict.go).
+	Conflicts atomic.Int64
 	// BytesSpliced went from S3 into readahead pipes (never through
 	// user space when the store splices).
 	BytesSpliced atomic.Int64

@@ -16,6 +16,28 @@ type handle struct {
 	node     *fileNode
 	writable bool
 	r        reader
+	pin      pin // under node.mu
+}
+
+// pin is the version of the object a handle reads: all its bytes come
+// from that one version (GETs conditional on its ETag), or the read fails
+// with ESTALE once the store no longer has it. Versions this mount
+// writes replace the pin, as POSIX makes one file's writes visible to
+// every reader at once; a version found written elsewhere does not.
+type pin struct {
+	etag string
+	size int64
+	seen uint64 // the node's replacedElsewhere when the pin was taken
+	used bool   // a READ returned bytes of this version
+}
+
+// follow moves the pin to the node's version unless that came from
+// elsewhere since the pin was taken.
+func (p *pin) follow(n *fileNode) {
+	if p.etag != "" && p.seen != n.replacedElsewhere {
+		return
+	}
+	p.etag, p.size, p.seen = n.attr.etag, n.attr.size, n.replacedElsewhere
 }
 
 var (
@@ -53,7 +75,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		return sliceReply(dest[:k]), 0
 	}
 	key, err := n.linkedKey()
-	size, etag := n.attr.size, n.attr.etag
+	h.pin.follow(n)
+	size, etag := h.pin.size, h.pin.etag
 	n.mu.Unlock()
 	if err != nil {
 		return nil, toErrno(err)
@@ -61,11 +84,35 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	ctx, cancel := n.fsys.patient(ctx)
 	defer cancel()
 	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
+	if errors.Is(err, store.ErrChanged) && h.repin(ctx, key) {
+		// Replaced before this handle read a byte: it reads the new
+		// version, as if opened after the change.
+		size, etag = h.pin.size, h.pin.etag
+		res, k, err = h.r.read(ctx, key, etag, size, dest, off)
+	}
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	if k > 0 {
+		n.mu.Lock()
+		h.pin.used = true
+		n.mu.Unlock()
+	}
 	n.fsys.stats.BytesRead.Add(int64(k))
 	return res, 0
+}
+
+// repin moves the pin of a handle that has not read a byte yet to the
+// version the store holds now, and reports whether it moved.
+func (h *handle) repin(ctx context.Context, key string) bool {
+	n := h.node
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h.pin.used || n.local() || n.revalidateLocked(ctx, key) != nil {
+		return false
+	}
+	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere}
+	return true
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {

@@ -24,6 +24,12 @@ type Health struct {
 	LostUploads int64
 	// LastLostUpload names the latest of them and why it failed.
 	LastLostUpload string
+	// Conflicts counts changes to files that another writer replaced
+	// meanwhile: each was kept under a conflict name, and its writer's
+	// close or fsync failed (with asyncClose, no writer may have heard).
+	Conflicts int64
+	// LastConflict names the latest file and where its change is kept.
+	LastConflict string
 }
 
 // Health reports the mount's Health.
@@ -37,6 +43,10 @@ func (f *FS) Health() Health {
 	if p := f.lostUpload.Load(); p != nil {
 		h.LastLostUpload = *p
 	}
+	h.Conflicts = f.stats.Conflicts.Load()
+	if p := f.lastConflict.Load(); p != nil {
+		h.LastConflict = *p
+	}
 	return h
 }
 
@@ -45,4 +55,13 @@ func (f *FS) noteLostUpload(err error) {
 	msg := err.Error()
 	f.lostUpload.Store(&msg)
 	f.stats.AsyncUploadErrors.Add(1)
+}
+
+// noteConflict counts a change kept under a conflict name; err says
+// which and where.
+func (f *FS) noteConflict(err error) {
+	msg := err.Error()
+	f.lastConflict.Store(&msg)
+	f.stats.Conflicts.Add(1)
+	f.opts.Logger.Error("write conflict: another writer replaced the file; the change made here is kept under a conflict name", "err", err)
 }

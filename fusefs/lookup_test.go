@@ -400,3 +400,15 @@ func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A StatTTL shorter than a lookup takes still finds the file: the lookup
+// answers with the attributes it just read, instead of asking again for
+// an inode not in the tree yet (which found nothing).
+func TestLookupUnderAShortStatTTL(t *testing.T) {
+	st := memstore.New()
+	put(t, st, "f", []byte("x"))
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond})
+	if fi, err := os.Stat(filepath.Join(dir, "f")); err != nil || fi.Size() != 1 {
+		t.Fatalf("stat: %v, %v", fi, err)
+	}
+}

@@ -138,7 +138,7 @@ func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, s
 // stored reads an object straight from the store, bypassing the mount.
 func stored(t testing.TB, st store.Store, key string) []byte {
 	t.Helper()
-	body, err := st.Get(context.Background(), key, 0, -1)
+	body, err := st.Get(context.Background(), key, store.AnyVersion, 0, -1)
 	if err != nil {
 		t.Fatalf("read %q from the store: %v", key, err)
 	}

@@ -99,10 +99,10 @@ func (p *chunkPipe) state() (head, filled int64, changed <-chan struct{}) {
 	return p.head, p.filled, p.changed
 }
 
-// fillPipe streams [c.off, c.end()) of key into c's pipe.
-func (f *FS) fillPipe(ctx context.Context, key string, c *chunk) error {
+// fillPipe streams [c.off, c.end()) of version etag of key into c's pipe.
+func (f *FS) fillPipe(ctx context.Context, key, etag string, c *chunk) error {
 	defer unix.Close(c.pipe.w)
-	body, err := f.store.Get(ctx, key, c.off, int64(c.n))
+	body, err := f.store.Get(ctx, key, etag, c.off, int64(c.n))
 	if err != nil {
 		return err
 	}

@@ -137,8 +137,8 @@ func newFragmentingStore(t *testing.T, st store.Store) fragmentingStore {
 
 func (fragmentingStore) Splices() bool { return true }
 
-func (s fragmentingStore) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
-	body, err := s.Store.Get(ctx, key, off, length)
+func (s fragmentingStore) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
+	body, err := s.Store.Get(ctx, key, etag, off, length)
 	if err != nil {
 		return nil, err
 	}

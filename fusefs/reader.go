@@ -120,7 +120,7 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 				c.unref(r.fsys)
 			}
 		}()
-		return r.takeFromPipes(ctx, key, held, dest, off)
+		return r.takeFromPipes(ctx, key, etag, held, dest, off)
 	}
 	defer r.mu.Unlock()
 	reply := &chunkReply{fsys: r.fsys}
@@ -152,7 +152,7 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 	if got < want {
 		// Not (or not all) prefetched: the rest comes into dest.
 		rest := dest[got:]
-		if err := r.fsys.getInto(ctx, key, rest, off+int64(got)); err != nil {
+		if err := r.fsys.getInto(ctx, key, etag, rest, off+int64(got)); err != nil {
 			reply.Done()
 			return nil, 0, err
 		}
@@ -166,7 +166,7 @@ func (r *reader) read(ctx context.Context, key, etag string, size int64, dest []
 // more, or that a failed GET never brought, come with a GET of their own
 // into dest: a rare path, for a READ overtaken for longer than
 // reorderWait or a chunk whose connection broke.
-func (r *reader) takeFromPipes(ctx context.Context, key string, chunks []*chunk, dest []byte, off int64) (fuse.ReadResult, int, error) {
+func (r *reader) takeFromPipes(ctx context.Context, key, etag string, chunks []*chunk, dest []byte, off int64) (fuse.ReadResult, int, error) {
 	want := len(dest)
 	reply := newPipeReply(dest)
 	for _, c := range chunks {
@@ -195,7 +195,7 @@ func (r *reader) takeFromPipes(ctx context.Context, key string, chunks []*chunk,
 		r.fsys.stats.CopiedReplies.Add(1)
 	}
 	if got := reply.got; got < want {
-		if err := r.fsys.getInto(ctx, key, dest[got:], off+int64(got)); err != nil {
+		if err := r.fsys.getInto(ctx, key, etag, dest[got:], off+int64(got)); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -263,12 +263,13 @@ func (r *reader) fill(key string, size, off int64) {
 		c.cancel = cancel
 		c.refs.Store(1)
 		r.chunks = append(r.chunks, c)
+		etag := r.etag
 		go func() {
 			defer close(c.done)
 			if c.pipe != nil {
-				c.err = r.fsys.fillPipe(ctx, key, c)
+				c.err = r.fsys.fillPipe(ctx, key, etag, c)
 			} else {
-				c.err = r.fsys.getInto(ctx, key, (*c.buf)[:n], start)
+				c.err = r.fsys.getInto(ctx, key, etag, (*c.buf)[:n], start)
 			}
 		}()
 	}
@@ -337,18 +338,20 @@ func (r *reader) direct(ctx context.Context, key, etag string, size int64, dest 
 		r.fsys.stats.BytesFromCache.Add(int64(len(dest)))
 		return sliceReply(dest), len(dest), nil
 	}
-	if err := r.fsys.getInto(ctx, key, dest, off); err != nil {
+	if err := r.fsys.getInto(ctx, key, etag, dest, off); err != nil {
 		return nil, 0, err
 	}
+	// The GET was conditional on etag: the cache never holds one
+	// version's bytes under another's ETag.
 	if c != nil && etag != "" {
 		c.Store(key, etag, size, dest, off)
 	}
 	return sliceReply(dest), len(dest), nil
 }
 
-// getInto reads exactly len(dest) bytes of key at off.
-func (f *FS) getInto(ctx context.Context, key string, dest []byte, off int64) error {
-	body, err := f.store.Get(ctx, key, off, int64(len(dest)))
+// getInto reads exactly len(dest) bytes of version etag of key at off.
+func (f *FS) getInto(ctx context.Context, key, etag string, dest []byte, off int64) error {
+	body, err := f.store.Get(ctx, key, etag, off, int64(len(dest)))
 	if err != nil {
 		return err
 	}

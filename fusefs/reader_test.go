@@ -23,9 +23,9 @@ type GetCounter struct {
 	Gets atomic.Int64
 }
 
-func (s *GetCounter) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+func (s *GetCounter) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
 	s.Gets.Add(1)
-	return s.Store.Get(ctx, key, off, length)
+	return s.Store.Get(ctx, key, etag, off, length)
 }
 
 // READs of one readahead window that arrive out of order (the kernel keeps
@@ -54,7 +54,8 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 	gets := map[string]int64{}
 	for name, offsets := range map[string][]int64{"in order": inOrder, "swapped": swapped} {
 		st := &GetCounter{Store: memstore.New()}
-		if _, err := st.Put(t.Context(), "f", bytes.NewReader(data), size, nil); err != nil {
+		o, err := st.Put(t.Context(), "f", bytes.NewReader(data), size, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
 		f, err := New(st, Options{PartSize: 5 << 20, MemoryLimit: 40 << 20})
@@ -65,7 +66,7 @@ func TestReorderedReadsKeepThePrefetch(t *testing.T) {
 		st.Gets.Store(0)
 		dest := make([]byte, block)
 		for _, off := range offsets {
-			res, n, err := r.read(t.Context(), "f", "etag", size, dest, off)
+			res, n, err := r.read(t.Context(), "f", o.ETag, size, dest, off)
 			if err != nil || n != block {
 				t.Fatalf("%s: read at %d: %d bytes, %v", name, off, n, err)
 			}
@@ -114,7 +115,7 @@ func newPipeReader(t *testing.T, data []byte, wait time.Duration) (*reader, *Get
 // readAt is one READ through r, checked against data.
 func readAt(t *testing.T, r *reader, data []byte, off int64, n int) error {
 	dest := make([]byte, n)
-	res, got, err := r.read(t.Context(), "f", "etag", int64(len(data)), dest, off)
+	res, got, err := r.read(t.Context(), "f", store.AnyVersion, int64(len(data)), dest, off)
 	if err != nil || got != n {
 		return fmt.Errorf("read at %d: %d bytes, %v", off, got, err)
 	}

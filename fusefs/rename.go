@@ -81,7 +81,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 				replaced.keepForUnlink(ctx)
 			}
 		}
-		o, err := n.fsys.store.Copy(ctx, srcKey, dstKey, nil)
+		o, err := n.fsys.store.Copy(ctx, srcKey, store.AnyVersion, dstKey, nil)
 		if err != nil {
 			return errno(err)
 		}
@@ -180,7 +180,7 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		if m, ok := markers[k]; ok {
 			return n.fsys.copyMarker(ctx, m, dst)
 		}
-		_, err := n.fsys.store.Copy(ctx, k, dst, nil)
+		_, err := n.fsys.store.Copy(ctx, k, store.AnyVersion, dst, nil)
 		return err
 	}
 	if err := n.fsys.parallel(keys, copyOne); err != nil {

@@ -73,8 +73,9 @@ func (s *stagingFile) Close() {
 	s.reserved = 0
 }
 
-// loadStaging copies size bytes of key into a new staging file.
-func (f *FS) loadStaging(ctx context.Context, key string, size int64) (*stagingFile, error) {
+// loadStaging copies the size bytes of version etag of key into a new
+// staging file.
+func (f *FS) loadStaging(ctx context.Context, key, etag string, size int64) (*stagingFile, error) {
 	s, err := f.newStaging()
 	if err != nil {
 		return nil, err
@@ -84,7 +85,7 @@ func (f *FS) loadStaging(ctx context.Context, key string, size int64) (*stagingF
 		return nil, err
 	}
 	if size > 0 {
-		body, err := f.store.Get(ctx, key, 0, size)
+		body, err := f.store.Get(ctx, key, etag, 0, size)
 		if err != nil {
 			s.Close()
 			return nil, err

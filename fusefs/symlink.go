@@ -9,6 +9,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs/store"
 )
 
 // symlinkNode is a symbolic link: an object whose content is the target
@@ -52,7 +54,7 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	n.mu.Unlock()
 	ctx, cancel := n.fsys.patient(ctx)
 	defer cancel()
-	body, err := n.fsys.store.Get(ctx, n.fsys.keyOf(&n.Inode), 0, maxSymlinkTarget)
+	body, err := n.fsys.store.Get(ctx, n.fsys.keyOf(&n.Inode), store.AnyVersion, 0, maxSymlinkTarget)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -84,7 +86,7 @@ func (n *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.Se
 	n.mu.Unlock()
 	if a.applySetattr(in) {
 		key := n.fsys.keyOf(&n.Inode)
-		o, err := n.fsys.store.Copy(ctx, key, key, a.metadata())
+		o, err := n.fsys.store.Copy(ctx, key, store.AnyVersion, key, a.metadata())
 		if err != nil {
 			return errno(err)
 		}

@@ -14,6 +14,9 @@ var (
 	ErrAccess      = errors.New("access denied")
 	ErrUnavailable = errors.New("object store unavailable")
 	ErrInvalid     = errors.New("invalid request")
+	// ErrChanged: the object is no longer the version a request was
+	// conditional on (S3's 412 PreconditionFailed).
+	ErrChanged = errors.New("object changed: it is no longer the version that was opened")
 	// ErrTooLarge: more than S3 takes in one object.
 	ErrTooLarge = errors.New("object too large")
 )
@@ -35,6 +38,9 @@ func Errno(err error) syscall.Errno {
 		return syscall.EACCES
 	case errors.Is(err, ErrInvalid):
 		return syscall.EINVAL
+	case errors.Is(err, ErrChanged):
+		// What an NFS client gets for a file that changed under it.
+		return syscall.ESTALE
 	case errors.Is(err, ErrTooLarge):
 		return syscall.EFBIG
 	default:

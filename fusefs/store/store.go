@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// AnyVersion is the etag of a Get that takes whatever the object holds.
+const AnyVersion = ""
+
 // Object describes one stored object. Metadata holds user metadata with
 // lower-case keys and without the "x-amz-meta-" prefix ("mode", "uid", ...).
 // Metadata is nil when the source (a plain listing) did not include it.
@@ -36,12 +39,21 @@ type Store interface {
 	// Head returns an object's attributes and metadata. ErrNotExist if absent.
 	Head(ctx context.Context, key string) (Object, error)
 	// Get returns a reader for length bytes starting at off; length < 0
-	// reads to the end. Errors from the first request are returned here,
-	// not on the first Read.
-	Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error)
+	// reads to the end. Unless etag is AnyVersion the bytes must be that
+	// version's: when the object's ETag is another, Get fails with
+	// ErrChanged (S3's If-Match). Errors from the first request are
+	// returned here, not on the first Read.
+	Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error)
 	// Put stores an object of known size in one request (or the
 	// implementation's own multipart upload for a large ReaderAt).
 	Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (Object, error)
+	// PutIfMatch is Put conditional on the object still being version
+	// etag (S3's If-Match on PutObject and CompleteMultipartUpload): it
+	// fails with ErrChanged, storing nothing, when another writer
+	// replaced or deleted it meanwhile. A server that ignores If-Match
+	// stores unconditionally: the last writer wins, as on S3 before
+	// conditional writes.
+	PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (Object, error)
 	// NewUpload starts a multipart upload; parts may be sent in parallel.
 	NewUpload(ctx context.Context, key string, meta map[string]string) (Upload, error)
 	// List yields the entries under prefix in key order. With a delimiter of
@@ -52,7 +64,9 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 	// Copy copies src to dst server-side. A nil meta keeps src's metadata;
 	// a non-nil meta replaces it.
-	Copy(ctx context.Context, src, dst string, meta map[string]string) (Object, error)
+	// Unless srcETag is AnyVersion, src must be that version: ErrChanged
+	// when it is not (x-amz-copy-source-if-match).
+	Copy(ctx context.Context, src, srcETag, dst string, meta map[string]string) (Object, error)
 }
 
 // Prober is a Store that can ask "is there anything under prefix?" more

@@ -58,7 +58,7 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	return cloneInfo(o.info), nil
 }
 
-func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
 	if err := s.fail("get", key); err != nil {
 		return nil, err
 	}
@@ -67,6 +67,9 @@ func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.Read
 	o, ok := s.objects[key]
 	if !ok {
 		return nil, fmt.Errorf("get %q: %w", key, store.ErrNotExist)
+	}
+	if etag != store.AnyVersion && etag != o.info.ETag {
+		return nil, fmt.Errorf("get %q of version %s, now %s: %w", key, etag, o.info.ETag, store.ErrChanged)
 	}
 	size := int64(len(o.data))
 	if off > size || off < 0 {
@@ -94,7 +97,32 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, me
 	return s.store(key, data, meta), nil
 }
 
+func (s *Store) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	if err := s.fail("put", key); err != nil {
+		return store.Object{}, err
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	if size >= 0 && int64(len(data)) != size {
+		return store.Object{}, fmt.Errorf("put %q: read %d bytes, want %d: %w", key, len(data), size, store.ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.objects[key]; !ok || o.info.ETag != etag {
+		return store.Object{}, fmt.Errorf("put %q if it is version %s: %w", key, etag, store.ErrChanged)
+	}
+	return s.storeLocked(key, data, meta), nil
+}
+
 func (s *Store) store(key string, data []byte, meta map[string]string) store.Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.storeLocked(key, data, meta)
+}
+
+func (s *Store) storeLocked(key string, data []byte, meta map[string]string) store.Object {
 	sum := md5.Sum(data)
 	o := &object{data: data, info: store.Object{
 		Key: key, Size: int64(len(data)), ETag: hex.EncodeToString(sum[:]),
@@ -103,9 +131,7 @@ func (s *Store) store(key string, data []byte, meta map[string]string) store.Obj
 	if o.info.Metadata == nil {
 		o.info.Metadata = map[string]string{}
 	}
-	s.mu.Lock()
 	s.objects[key] = o
-	s.mu.Unlock()
 	return cloneInfo(o.info)
 }
 
@@ -119,20 +145,23 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *Store) Copy(ctx context.Context, src, dst string, meta map[string]string) (store.Object, error) {
+func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, meta map[string]string) (store.Object, error) {
 	if err := s.fail("copy", src); err != nil {
 		return store.Object{}, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	o, ok := s.objects[src]
-	s.mu.Unlock()
 	if !ok {
 		return store.Object{}, fmt.Errorf("copy %q: %w", src, store.ErrNotExist)
+	}
+	if srcETag != store.AnyVersion && srcETag != o.info.ETag {
+		return store.Object{}, fmt.Errorf("copy %q of version %s, now %s: %w", src, srcETag, o.info.ETag, store.ErrChanged)
 	}
 	if meta == nil {
 		meta = o.info.Metadata
 	}
-	return s.store(dst, o.data, meta), nil
+	return s.storeLocked(dst, o.data, meta), nil
 }
 
 func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {

@@ -103,7 +103,7 @@ func TestObserverSeesEveryRequest(t *testing.T) {
 			return nil
 		}, []string{"HEAD 4xx"}},
 		{"ranged get", func() error {
-			r, err := st.Get(ctx, "big", 1, 100)
+			r, err := st.Get(ctx, "big", store.AnyVersion, 1, 100)
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,7 @@ func (s *Store) putOptions(meta map[string]string) minio.PutObjectOptions {
 // must be at its start (minio-go rewinds a body to 0 to retry it).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	if size > int64(s.cfg.PartSize) {
-		return s.putParts(ctx, key, r, size, meta)
+		return s.putParts(ctx, key, store.AnyVersion, r, size, meta)
 	}
 	if size <= BatchMaxObjectSize && s.batch != nil && batchable(key) && s.batch.enabled() {
 		return s.batch.put(ctx, key, r, size, meta)
@@ -65,13 +65,31 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, me
 	return s.putOne(ctx, key, r, size, meta)
 }
 
+// PutIfMatch is Put on the condition that the object is version etag.
+// Never batched: a batch's objects are stored whatever is there.
+func (s *Store) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	if size > int64(s.cfg.PartSize) {
+		return s.putParts(ctx, key, etag, r, size, meta)
+	}
+	return s.putOneIf(ctx, key, etag, r, size, meta)
+}
+
 // putOne stores an object of at most a part in one request.
 func (s *Store) putOne(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	return s.putOneIf(ctx, key, store.AnyVersion, r, size, meta)
+}
+
+// putOneIf is putOne on the condition that the object is version etag
+// (AnyVersion: none).
+func (s *Store) putOneIf(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	body, sum, err := checksummed(r, size)
 	if err != nil {
 		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	opts := s.putOptions(meta)
+	if etag != store.AnyVersion {
+		opts.SetMatchETag(etag)
+	}
 	// minio-go sends x-amz-* user metadata keys as headers of their own.
 	opts.UserMetadata[checksumHeader] = crc32cBase64(sum)
 	var info minio.UploadInfo
@@ -120,7 +138,9 @@ func checksummed(r io.Reader, size int64) (io.ReadSeeker, uint32, error) {
 // large upload holds no memory: files are staged precisely when memory is
 // short. Any other reader is read into Concurrency part buffers in turn.
 // The upload is aborted on any failure: nothing of it stays.
-func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+// The upload completes on the condition that the object is version etag
+// (AnyVersion: none).
+func (s *Store) putParts(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	partSize, err := store.PartSizeFor(size, s.maxParts, int64(s.cfg.PartSize))
 	if err != nil {
 		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
@@ -130,6 +150,7 @@ func (s *Store) putParts(ctx context.Context, key string, r io.Reader, size int6
 		return store.Object{}, err
 	}
 	u := up.(*upload)
+	u.ifMatch = etag
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ra, isFile := r.(io.ReaderAt)

@@ -90,7 +90,7 @@ func spliceAll(t *testing.T, body io.Reader) ([]byte, error) {
 func TestRangedGetSplicesAndKeepsTheConnection(t *testing.T) {
 	st, data := rawStore(t, 3<<20)
 	for i, r := range []struct{ off, n int64 }{{1000, 2 << 20}, {0, 3 << 20}, {3<<20 - 10, 10}} {
-		body, err := st.Get(t.Context(), "obj", r.off, r.n)
+		body, err := st.Get(t.Context(), "obj", store.AnyVersion, r.off, r.n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestRangedGetSplicesAndKeepsTheConnection(t *testing.T) {
 		}
 	}
 	// Read (copying) works on the same bodies.
-	body, err := st.Get(t.Context(), "obj", 5, 100)
+	body, err := st.Get(t.Context(), "obj", store.AnyVersion, 5, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestRangedGetSplicesAndKeepsTheConnection(t *testing.T) {
 // the body is still on it), and the next GET gets a new one.
 func TestEarlyCloseDropsTheConnection(t *testing.T) {
 	st, data := rawStore(t, 4<<20)
-	body, err := st.Get(t.Context(), "obj", 0, 4<<20)
+	body, err := st.Get(t.Context(), "obj", store.AnyVersion, 0, 4<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestEarlyCloseDropsTheConnection(t *testing.T) {
 	if n := s3store.IdleRawConns(st); n != 0 {
 		t.Fatalf("%d kept connections after an early close", n)
 	}
-	body, err = st.Get(t.Context(), "obj", 10, 10)
+	body, err = st.Get(t.Context(), "obj", store.AnyVersion, 10, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestEarlyCloseDropsTheConnection(t *testing.T) {
 func TestGetRetriesAConnectionTheServerClosed(t *testing.T) {
 	st, data := rawStore(t, 1<<20)
 	for i := range 3 {
-		body, err := st.Get(t.Context(), "obj", 0, 1<<20)
+		body, err := st.Get(t.Context(), "obj", store.AnyVersion, 0, 1<<20)
 		if err != nil {
 			t.Fatalf("GET %d: %v", i, err)
 		}
@@ -162,7 +162,7 @@ func TestGetRetriesAConnectionTheServerClosed(t *testing.T) {
 // Errors come back as minio-go's, mapped as for every other request.
 func TestRangedGetOfAMissingKeyIsNotExist(t *testing.T) {
 	st, _ := rawStore(t, 10)
-	if _, err := st.Get(t.Context(), "missing", 0, 5); !errors.Is(err, store.ErrNotExist) {
+	if _, err := st.Get(t.Context(), "missing", store.AnyVersion, 0, 5); !errors.Is(err, store.ErrNotExist) {
 		t.Fatalf("GET of a missing key: %v, want ErrNotExist", err)
 	}
 	if n := s3store.IdleRawConns(st); n != 0 {
@@ -174,7 +174,7 @@ func TestRangedGetOfAMissingKeyIsNotExist(t *testing.T) {
 func TestCancelStopsASplice(t *testing.T) {
 	st, _ := rawStore(t, 64<<20)
 	ctx, cancel := context.WithCancel(t.Context())
-	body, err := st.Get(ctx, "obj", 0, 64<<20)
+	body, err := st.Get(ctx, "obj", store.AnyVersion, 0, 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestRangedGetOfEveryFraming(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			body, err := st.Get(t.Context(), "obj", 0, int64(len(data)))
+			body, err := st.Get(t.Context(), "obj", store.AnyVersion, 0, int64(len(data)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,14 +286,14 @@ func TestRangeIgnoredIsNotTheRange(t *testing.T) {
 			if st.Splices() == secure {
 				t.Fatalf("splices: %v over %s", st.Splices(), cfg.Endpoint)
 			}
-			if body, err := st.Get(t.Context(), "obj", 100, 10); err == nil {
+			if body, err := st.Get(t.Context(), "obj", store.AnyVersion, 100, 10); err == nil {
 				got, _ := io.ReadAll(body)
 				body.Close()
 				t.Fatalf("a range from byte 100 answered with the whole object read %q, want an error", got[:min(len(got), 16)])
 			} else if !strings.Contains(err.Error(), "Range header was ignored") {
 				t.Fatalf("error %q does not say the range was ignored", err)
 			}
-			body, err := st.Get(t.Context(), "obj", 0, 10)
+			body, err := st.Get(t.Context(), "obj", store.AnyVersion, 0, 10)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -181,6 +181,8 @@ func mapErr(err error) error {
 		kind = store.ErrNotExist
 	case "NoSuchBucket":
 		kind = store.ErrNoBucket
+	case "PreconditionFailed":
+		kind = store.ErrChanged
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
 		kind = store.ErrAccess
 	case "InvalidRange", "InvalidArgument", "EntityTooSmall", "EntityTooLarge", "InvalidPart", "InvalidPartOrder", "KeyTooLongError", "XMinioInvalidObjectName", "XMinioObjectExistsAsDirectory",
@@ -194,6 +196,8 @@ func mapErr(err error) error {
 		switch {
 		case resp.StatusCode == http.StatusNotFound:
 			kind = store.ErrNotExist
+		case resp.StatusCode == http.StatusPreconditionFailed:
+			kind = store.ErrChanged
 		case resp.StatusCode == http.StatusForbidden:
 			kind = store.ErrAccess
 		case resp.StatusCode == http.StatusBadRequest:
@@ -217,8 +221,11 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	return o, nil
 }
 
-func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
 	var opts minio.GetObjectOptions
+	if etag != store.AnyVersion {
+		opts.SetMatchETag(etag)
+	}
 	switch {
 	case length == 0:
 		return io.NopCloser(strings.NewReader("")), nil
@@ -234,6 +241,12 @@ func (s *Store) Get(ctx context.Context, key string, off, length int64) (io.Read
 	body, _, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", key, s.fail(err))
+	}
+	if got := strings.Trim(header.Get("ETag"), `"`); etag != store.AnyVersion && got != "" && got != etag {
+		// A server (or proxy) that ignores If-Match answers with
+		// another version's bytes: they must not be mixed in.
+		body.Close()
+		return nil, fmt.Errorf("get %q of version %s: the server ignored If-Match and sent version %s: %w", key, etag, got, store.ErrChanged)
 	}
 	if length < 0 && off == 0 {
 		return body, nil
@@ -266,8 +279,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // maxCopySize is the largest object a single CopyObject request may copy.
 const maxCopySize = 5 << 30
 
-func (s *Store) Copy(ctx context.Context, src, dst string, meta map[string]string) (store.Object, error) {
-	srcOpts := minio.CopySrcOptions{Bucket: s.bucket, Object: src}
+func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, meta map[string]string) (store.Object, error) {
+	srcOpts := minio.CopySrcOptions{Bucket: s.bucket, Object: src, MatchETag: srcETag}
 	dstOpts := minio.CopyDestOptions{Bucket: s.bucket, Object: dst}
 	if meta != nil {
 		dstOpts.ReplaceMetadata = true

@@ -178,7 +178,7 @@ func TestHTTPSRoundTrip(t *testing.T) {
 		t.Fatalf("put: %v", err)
 	}
 	for _, r := range []struct{ off, n int64 }{{0, -1}, {5<<20 - 7, 4096}, {int64(len(data)) - 100, 100}} {
-		body, err := st.Get(ctx, "big", r.off, r.n)
+		body, err := st.Get(ctx, "big", store.AnyVersion, r.off, r.n)
 		if err != nil {
 			t.Fatalf("get %d+%d: %v", r.off, r.n, err)
 		}

@@ -22,6 +22,9 @@ type upload struct {
 	key  string
 	id   string
 	meta map[string]string
+	// ifMatch, unless AnyVersion, is the version the object must be for
+	// Complete to store the upload.
+	ifMatch string
 
 	mu    sync.Mutex
 	parts []minio.CompletePart
@@ -83,9 +86,13 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	parts := slices.Clone(u.parts)
 	u.mu.Unlock()
 	slices.SortFunc(parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
+	var opts minio.PutObjectOptions
+	if u.ifMatch != store.AnyVersion {
+		opts.SetMatchETag(u.ifMatch)
+	}
 	var info minio.UploadInfo
 	err := u.s.untilDeadline(ctx, func(ctx context.Context) (err error) {
-		info, err = u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, minio.PutObjectOptions{})
+		info, err = u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, opts)
 		if minio.ToErrorResponse(err).Code == "NoSuchUpload" {
 			// A retry (minio-go's or ours) after a reply lost on the
 			// way: the upload may be gone because it completed.

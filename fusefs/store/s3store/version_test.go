@@ -1,0 +1,167 @@
+package s3store_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/test/versitytest"
+)
+
+// A GET for a version the object no longer is fails with ErrChanged, on
+// every read path: ranged (spliced over plain HTTP), from the start, and
+// the whole object; a GET for the version it is reads it.
+func TestGetOfAReplacedVersionIsRefused(t *testing.T) {
+	for name, start := range servers {
+		t.Run(name, func(t *testing.T) {
+			cfg, bucket := start(t)
+			st, err := s3store.New(cfg, bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v1, v2 := bytes.Repeat([]byte("1"), 100), bytes.Repeat([]byte("2"), 100)
+			o1, err := st.Put(t.Context(), "obj", bytes.NewReader(v1), int64(len(v1)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o2, err := st.Put(t.Context(), "obj", bytes.NewReader(v2), int64(len(v2)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o1.ETag == "" || o1.ETag == o2.ETag {
+				t.Fatalf("ETags %q and %q: the test needs two", o1.ETag, o2.ETag)
+			}
+			for _, r := range []struct{ off, n int64 }{{10, 20}, {0, 20}, {0, -1}} {
+				if body, err := st.Get(t.Context(), "obj", o1.ETag, r.off, r.n); !errors.Is(err, store.ErrChanged) {
+					if err == nil {
+						body.Close()
+					}
+					t.Errorf("get [%d,+%d) of the replaced version: %v, want ErrChanged", r.off, r.n, err)
+				}
+				body, err := st.Get(t.Context(), "obj", o2.ETag, r.off, r.n)
+				if err != nil {
+					t.Fatalf("get [%d,+%d) of the current version: %v", r.off, r.n, err)
+				}
+				got, err := io.ReadAll(body)
+				body.Close()
+				want := v2[r.off:]
+				if r.n >= 0 {
+					want = want[:r.n]
+				}
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("get [%d,+%d) of the current version: %q, %v", r.off, r.n, got, err)
+				}
+			}
+		})
+	}
+}
+
+// servers start each S3 server the version tests run on.
+var servers = map[string]func(t *testing.T) (s3store.Config, string){
+	"minio": func(t *testing.T) (s3store.Config, string) {
+		srv := miniotest.Start(t)
+		return srv.Config(), srv.NewBucket(t)
+	},
+	"versitygw": func(t *testing.T) (s3store.Config, string) {
+		srv, stop, err := versitytest.StartShared()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		return srv.Config(), srv.NewBucket(t)
+	},
+}
+
+// A put conditional on a version another writer replaced stores nothing
+// and fails with ErrChanged, in one request and as a multipart upload;
+// on the version there, it stores.
+func TestPutIfMatchOfAReplacedVersionIsRefused(t *testing.T) {
+	for name, start := range servers {
+		t.Run(name, func(t *testing.T) {
+			cfg, bucket := start(t)
+			cfg.PartSize = 5 << 20
+			st, err := s3store.New(cfg, bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, size := range []int{100, 6 << 20} {
+				v1, v2, mine := bytes.Repeat([]byte("1"), size), bytes.Repeat([]byte("2"), size), bytes.Repeat([]byte("m"), size)
+				o1, err := st.Put(t.Context(), "obj", bytes.NewReader(v1), int64(size), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o2, err := st.Put(t.Context(), "obj", bytes.NewReader(v2), int64(size), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.PutIfMatch(t.Context(), "obj", o1.ETag, bytes.NewReader(mine), int64(size), nil); !errors.Is(err, store.ErrChanged) {
+					t.Fatalf("%d bytes put on the replaced version: %v, want ErrChanged", size, err)
+				}
+				if got := getAll(t, st, "obj"); !bytes.Equal(got, v2) {
+					t.Fatalf("%d bytes: the refused put changed the object", size)
+				}
+				if _, err := st.PutIfMatch(t.Context(), "obj", o2.ETag, bytes.NewReader(mine), int64(size), nil); err != nil {
+					t.Fatalf("%d bytes put on the version there: %v", size, err)
+				}
+				if got := getAll(t, st, "obj"); !bytes.Equal(got, mine) {
+					t.Fatalf("%d bytes: the put on the version there did not store", size)
+				}
+			}
+		})
+	}
+}
+
+func getAll(t *testing.T, st store.Store, key string) []byte {
+	t.Helper()
+	body, err := st.Get(t.Context(), key, store.AnyVersion, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A server (or proxy) that ignores If-Match and sends another version's
+// bytes is caught by the answer's ETag: ErrChanged, not those bytes.
+func TestIgnoredIfMatchIsCaught(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+		w.Header().Set("ETag", `"now"`)
+		body, status := data, http.StatusOK
+		if r.Header.Get("Range") != "" {
+			body, status = data[10:30], http.StatusPartialContent
+			w.Header().Set("Content-Range", "bytes 10-29/100")
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(status)
+		w.Write(body)
+	}))
+	defer srv.Close()
+	cfg := s3store.Config{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true, MaxRetries: 1,
+		Keys: &s3store.Keys{AccessKeyID: "k", SecretAccessKey: "secret"}}
+	st, err := s3store.New(cfg, "bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ off, n int64 }{{10, 20}, {0, -1}} {
+		if body, err := st.Get(t.Context(), "obj", "then", r.off, r.n); !errors.Is(err, store.ErrChanged) {
+			if err == nil {
+				body.Close()
+			}
+			t.Errorf("get [%d,+%d) of version \"then\" answered by version \"now\": %v, want ErrChanged", r.off, r.n, err)
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"iter"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// The consistency contract's versions: an open handle reads exactly one
+// version of an object; a read-modify-write starts from the version the
+// store holds. "Another client" below is a write straight to the store.
+
+// A handle whose object another client replaces keeps reading the
+// version it opened, or fails with ESTALE once the store no longer has
+// it: never the new version's bytes after the old one's.
+func TestOpenHandleReadsOneVersion(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			const size = 1 << 20
+			st := b.fresh(t)
+			v1, v2 := randomBytes(size), randomBytes(size)
+			put(t, st, "f", v1)
+			// Every stat asks the store, so the mount learns of v2 at once.
+			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
+			path := filepath.Join(dir, "f")
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			p := make([]byte, 4096)
+			if _, err := f.ReadAt(p, 0); err != nil || !bytes.Equal(p, v1[:4096]) {
+				t.Fatalf("first read: %v, v1's bytes %v", err, bytes.Equal(p, v1[:4096]))
+			}
+			put(t, st, "f", v2)
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			dropPages(t, f)
+			off := int64(size / 2)
+			_, err = f.ReadAt(p, off)
+			switch {
+			case errors.Is(err, syscall.ESTALE):
+			case err != nil:
+				t.Fatalf("read after the replace: %v, want ESTALE", err)
+			case bytes.Equal(p, v2[off:off+4096]):
+				t.Fatal("the handle opened on v1 read v2's bytes")
+			case !bytes.Equal(p, v1[off:off+4096]):
+				t.Fatal("the handle read bytes of neither version")
+			default:
+				t.Fatal("read v1's bytes the store no longer has")
+			}
+			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, v2) {
+				t.Fatalf("a new open: %v, v2's bytes %v", err, bytes.Equal(got, v2))
+			}
+		})
+	}
+}
+
+// A handle opened on attributes that are already out of date (another
+// client replaced the object within the stat TTL) reads the version the
+// store holds: its first read moves to it instead of failing.
+func TestFirstReadOfAReplacedFileReadsTheNewVersion(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			const size = 3 << 20
+			st := b.fresh(t)
+			v1, v2 := randomBytes(size), randomBytes(size)
+			put(t, st, "f", v1)
+			fsys, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+			path := filepath.Join(dir, "f")
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			put(t, st, "f", v2)
+			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, v2) {
+				t.Fatalf("read: %v, v2's bytes %v, v1's %v", err, bytes.Equal(got, v2), bytes.Equal(got, v1))
+			}
+			if fsys.Stats().BytesRead.Load() < size {
+				t.Fatal("the mount served no read: the test proves nothing")
+			}
+		})
+	}
+}
+
+// A write into an existing object another client replaced since the
+// mount read its attributes changes the version the store holds: none of
+// the other client's bytes are lost to the older, shorter size.
+func TestWriteInPlaceStartsFromTheVersionThere(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			st := b.fresh(t)
+			put(t, st, "f", []byte("0123456789"))
+			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+			path := filepath.Join(dir, "f")
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			put(t, st, "f", []byte("abcdefghijklmnopqrst"))
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("XYZ"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := string(stored(t, st, "f")), "XYZdefghijklmnopqrst"; got != want {
+				t.Fatalf("stored %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// The read cache keeps each version's bytes under that version's ETag: a
+// GET made for one version never fills the cache for another. The mount
+// is first told of v1 (a stale HEAD and listing, as from an eventually
+// consistent store) while the store holds v2; once v1 is really back,
+// reads must return v1, not v2's bytes cached under v1's ETag.
+func TestReadCacheKeepsVersionsApart(t *testing.T) {
+	for _, b := range backends()[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			const size = 4 << 20
+			inner := b.fresh(t)
+			v1, v2 := randomBytes(size), randomBytes(size)
+			put(t, inner, "f", v1)
+			o1, err := inner.Head(t.Context(), "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := &staleAttrs{Store: inner}
+			st.freeze(o1)
+			fsys, dir := mountFSOf(t, st, fusefs.Options{ReadCacheSize: size, StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
+			path := filepath.Join(dir, "f")
+			const off = 1 << 20
+			readAt := func() ([]byte, error) {
+				f, err := os.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				dropPages(t, f)
+				p := make([]byte, 4096)
+				_, err = f.ReadAt(p, off)
+				return p, err
+			}
+			put(t, inner, "f", v2)
+			switch p, err := readAt(); {
+			case errors.Is(err, syscall.ESTALE): // v1 is gone
+			case err != nil:
+				t.Fatalf("read while the mount is told of v1: %v", err)
+			case !bytes.Equal(p, v2[off:off+4096]):
+				t.Fatal("read while the mount is told of v1: bytes of neither version")
+			}
+			put(t, inner, "f", v1) // v1 again: its ETag again, whatever the server
+			st.freeze(store.Object{})
+			if p, err := readAt(); err != nil || !bytes.Equal(p, v1[off:off+4096]) {
+				t.Fatalf("read of v1 put back: %v, v1's bytes %v, v2's %v", err, bytes.Equal(p, v1[off:off+4096]), bytes.Equal(p, v2[off:off+4096]))
+			}
+			if fsys.ReadCache() == nil {
+				t.Fatal("no read cache: the test proves nothing")
+			}
+		})
+	}
+}
+
+// staleAttrs answers HEADs and listings of one object with attributes it
+// was given (freeze), whatever the store holds: a stale answer.
+type staleAttrs struct {
+	store.Store
+	mu     sync.Mutex
+	frozen store.Object
+}
+
+func (s *staleAttrs) freeze(o store.Object) {
+	s.mu.Lock()
+	s.frozen = o
+	s.mu.Unlock()
+}
+
+func (s *staleAttrs) stale(key string) (store.Object, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.frozen, s.frozen.Key == key && key != ""
+}
+
+func (s *staleAttrs) Head(ctx context.Context, key string) (store.Object, error) {
+	if o, ok := s.stale(key); ok {
+		return o, nil
+	}
+	return s.Store.Head(ctx, key)
+}
+
+func (s *staleAttrs) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	return func(yield func(store.Entry, error) bool) {
+		for e, err := range s.Store.List(ctx, prefix, startAfter, recursive) {
+			if o, ok := s.stale(e.Key); ok && err == nil {
+				e.Object = o
+			}
+			if !yield(e, err) {
+				return
+			}
+		}
+	}
+}
+
+// A change in place to a file another client replaced after the mount
+// loaded it never overwrites that client's version: the close fails, the
+// change is kept under a conflict name, and the mount's Health names it.
+// A whole replacement (O_TRUNC) stays last-writer-wins, as S3 itself.
+func TestWriteConflictKeepsBothVersions(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			st := b.fresh(t)
+			put(t, st, "f", []byte("0123456789"))
+			put(t, st, "g", []byte("0123456789"))
+			fsys, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+			f, err := os.OpenFile(filepath.Join(dir, "f"), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close() // on failure; closed below
+			if _, err := f.WriteAt([]byte("XYZ"), 0); err != nil {
+				t.Fatal(err)
+			}
+			g, err := os.OpenFile(filepath.Join(dir, "g"), os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if _, err := g.Write([]byte("mine")); err != nil {
+				t.Fatal(err)
+			}
+			put(t, st, "f", []byte("abcdefghij")) // the other writer's
+			put(t, st, "g", []byte("abcdefghij"))
+			if err := f.Close(); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("close of the losing change: %v, want EIO", err)
+			}
+			if err := g.Close(); err != nil {
+				t.Fatalf("close of a whole replacement: %v", err)
+			}
+			if got := string(stored(t, st, "f")); got != "abcdefghij" {
+				t.Fatalf("f holds %q: the other writer's version was overwritten", got)
+			}
+			if got := string(stored(t, st, "g")); got != "mine" {
+				t.Fatalf("g holds %q, want the last whole replacement", got)
+			}
+			var kept []string
+			for e, err := range st.List(t.Context(), "", "", true) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasPrefix(e.Key, "f.objfuse-conflict-") {
+					kept = append(kept, e.Key)
+				}
+			}
+			if len(kept) != 1 {
+				t.Fatalf("conflict copies %q, want one", kept)
+			}
+			if got := string(stored(t, st, kept[0])); got != "XYZ3456789" {
+				t.Fatalf("the conflict copy holds %q, want the change made here", got)
+			}
+			if h := fsys.Health(); h.Conflicts != 1 || !strings.Contains(h.LastConflict, kept[0]) {
+				t.Fatalf("health: %d conflicts, latest %q; want 1 naming %s", h.Conflicts, h.LastConflict, kept[0])
+			}
+			if got, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(got) != "abcdefghij" {
+				t.Fatalf("reading f after the conflict: %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// A chmod of a file another client replaced after the mount read its
+// attributes changes the mode of the version there and keeps the rest of
+// its metadata: the mount's older mtime does not overwrite the other
+// client's.
+func TestChmodKeepsTheOtherWritersMetadata(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			st := b.fresh(t)
+			put(t, st, "f", []byte("old"))
+			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+			path := filepath.Join(dir, "f")
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			const theirs = "1500000000" // 2017: unlike the mount's
+			if _, err := st.Put(t.Context(), "f", strings.NewReader("new"), 3, map[string]string{"mtime": theirs, "mode": "33188"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			o, err := st.Head(t.Context(), "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Metadata["mtime"] != theirs || o.Metadata["mode"] != strconv.Itoa(syscall.S_IFREG|0o600) {
+				t.Fatalf("metadata after chmod %v, want the other writer's mtime %s and mode 0600", o.Metadata, theirs)
+			}
+			if got := string(stored(t, st, "f")); got != "new" {
+				t.Fatalf("content %q after chmod", got)
+			}
+		})
+	}
+}
