@@ -47,7 +47,7 @@ type fileNode struct {
 	// truncated to empty), which is last-writer-wins, as S3 itself.
 	base  string
 	dirty bool  // local content differs from the object
-	err     error // a failed upload, reported until the last close
+	err   error // a failed upload, reported until the last close
 	// asyncErr is an upload that failed after an asynchronous close,
 	// reported by the next close or fsync of this file.
 	asyncErr  error
