@@ -64,6 +64,7 @@ const (
 	reasonS3Problem    = "ObjfuseS3Problem"
 	reasonS3Recovered  = "ObjfuseS3Recovered"
 	reasonUploadFailed = "ObjfuseUploadFailed"
+	reasonConflict     = "ObjfuseWriteConflict"
 )
 
 // Reasons of the controller's Events on PersistentVolumes.

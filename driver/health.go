@@ -25,6 +25,7 @@ type healthNote struct {
 	// one was told; recoveredAfterChecks of them tell the recovery.
 	clearChecks int
 	lostUploads int64
+	conflicts   int64  // the mounter's count of conflicts told
 	why         string // the abnormal reason given
 }
 
@@ -50,7 +51,7 @@ func abnormalReason(volumeID string, h handoff.Health) string {
 func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) {
 	note, known := d.healthNotes[st.VolumeID]
 	if !known {
-		note.lostUploads = st.ToldLostUploads
+		note.lostUploads, note.conflicts = st.ToldLostUploads, st.ToldConflicts
 	}
 	defer func() { d.healthNotes[st.VolumeID] = note }()
 	targets := st.targetPaths()
@@ -85,6 +86,7 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 			note.toldKind, note.toldSince, note.toldTargets, note.clearChecks = "", time.Time{}, nil, 0
 		}
 	}
+	d.noteConflicts(ctx, st, &note, targets, h)
 	// A restarted mounter counts from 0 again.
 	lost := h.LostUploads - note.lostUploads
 	if lost < 0 {
@@ -99,8 +101,8 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		}
 	}
 	note.lostUploads = h.LostUploads
-	if st.ToldLostUploads != h.LostUploads {
-		st.ToldLostUploads = h.LostUploads
+	if st.ToldLostUploads != h.LostUploads || st.ToldConflicts != note.conflicts {
+		st.ToldLostUploads, st.ToldConflicts = h.LostUploads, note.conflicts
 		if err := d.saveState(st); err != nil {
 			d.log.Error("save state", "volume", st.VolumeID, "err", err)
 		}
@@ -141,4 +143,22 @@ func (st *stagedVolume) targetPaths() []string {
 		targets = append(targets, t)
 	}
 	return targets
+}
+
+// noteConflicts tells the pods using st of changes to files that lost to
+// another writer's (kept under a conflict name), when there are new ones.
+func (d *Driver) noteConflicts(ctx context.Context, st *stagedVolume, note *healthNote, targets []string, h handoff.Health) {
+	n := h.Conflicts - note.conflicts
+	if n < 0 { // a restarted mounter counts from 0 again
+		n = h.Conflicts
+	}
+	if n == 0 {
+		return
+	}
+	d.log.Warn("write conflicts: changes kept under conflict names", "volume", st.VolumeID, "files", n, "latest", h.LastConflict)
+	if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonConflict, fmt.Sprintf(
+		"%d change(s) to files of volume %s were made to a version that another writer (another node, or another S3 client) replaced meanwhile: the other writer's file was kept, each change was stored beside it under a name ending in \".objfuse-conflict-<time>\", and its close or fsync failed with EIO. The latest: %s. Merge the change by hand, or write the file again.",
+		n, st.VolumeID, h.LastConflict)) == nil {
+		note.conflicts = h.Conflicts
+	}
 }

@@ -68,3 +68,47 @@ func TestLostUploadsAreToldOnceAcrossNodeRestarts(t *testing.T) {
 	check(d, 1, "1 file(s)") // a new mounter counts from 0
 	check(d, 1, "")
 }
+
+// Write conflicts are told once each, naming the latest, across a restart
+// of the node plugin, and from 0 again for a new mounter.
+func TestWriteConflictsAreToldOnce(t *testing.T) {
+	dir := t.TempDir()
+	events := &toldEvents{}
+	node := func() *Driver {
+		d, err := New(Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: events})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := node()
+	st := &stagedVolume{VolumeID: "vol", Staging: filepath.Join(dir, "staging"), Targets: map[string]bool{filepath.Join(dir, "pods", "a", "mount"): false}}
+	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.saveState(st); err != nil {
+		t.Fatal(err)
+	}
+	check := func(d *Driver, conflicts int64, want string) {
+		t.Helper()
+		st, err := d.loadState("vol")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(events.messages)
+		d.noteHealth(context.Background(), st, handoff.Health{Conflicts: conflicts, LastConflict: `"data/f": kept as "data/f.objfuse-conflict-x"`})
+		told := events.messages[before:]
+		switch {
+		case want == "" && len(told) != 0:
+			t.Fatalf("%d conflicts: told %q, want nothing", conflicts, told)
+		case want != "" && (len(told) != 1 || !strings.Contains(told[0], want) || !strings.Contains(told[0], "data/f.objfuse-conflict-x") || !strings.HasPrefix(told[0], reasonConflict)):
+			t.Fatalf("%d conflicts: told %q, want one %s saying %q and naming the file", conflicts, told, reasonConflict, want)
+		}
+	}
+	check(d, 1, "1 change(s)")
+	check(d, 1, "")
+	d = node()
+	check(d, 1, "")
+	check(d, 3, "2 change(s)")
+	check(d, 1, "1 change(s)") // a new mounter counts from 0
+}

@@ -90,7 +90,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		st.Targets = old.Targets
 		if old.MounterUID == st.MounterUID {
-			st.ToldLostUploads = old.ToldLostUploads
+			st.ToldLostUploads, st.ToldConflicts = old.ToldLostUploads, old.ToldConflicts
 		}
 		if d.healthy(st.Staging) {
 			if old.MounterUID != st.MounterUID || old.ReadOnly != st.ReadOnly {

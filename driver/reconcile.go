@@ -179,10 +179,10 @@ func (d *Driver) findReplacedMounter(ctx context.Context, st *stagedVolume) bool
 		return false
 	}
 	d.log.Info("mounter pod replaced", "volume", st.VolumeID, "old", st.MounterUID, "new", uid)
-	// A new mounter counts its lost uploads from 0.
-	st.MounterUID, st.ToldLostUploads = uid, 0
+	// A new mounter counts its lost uploads and conflicts from 0.
+	st.MounterUID, st.ToldLostUploads, st.ToldConflicts = uid, 0, 0
 	if note, ok := d.healthNotes[st.VolumeID]; ok {
-		note.lostUploads = 0
+		note.lostUploads, note.conflicts = 0, 0
 		d.healthNotes[st.VolumeID] = note
 	}
 	if err := d.saveState(st); err != nil {

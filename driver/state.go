@@ -25,6 +25,8 @@ type stagedVolume struct {
 	// the pods were told of, so that a restarted node plugin does not
 	// tell them again.
 	ToldLostUploads int64 `json:"toldLostUploads,omitempty"`
+	// ToldConflicts is the same for the mounter's write conflicts.
+	ToldConflicts int64 `json:"toldConflicts,omitempty"`
 }
 
 func (d *Driver) volumesDir() string { return filepath.Join(d.opts.StateDir, "volumes") }

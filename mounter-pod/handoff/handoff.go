@@ -71,6 +71,11 @@ type Health struct {
 	// S3; LastLostUpload names the latest and why.
 	LostUploads    int64  `json:"lostUploads,omitempty"`
 	LastLostUpload string `json:"lastLostUpload,omitempty"`
+	// Conflicts counts changes to files another writer replaced
+	// meanwhile, kept under a conflict name; LastConflict names the
+	// latest file and where its change is.
+	Conflicts    int64  `json:"conflicts,omitempty"`
+	LastConflict string `json:"lastConflict,omitempty"`
 }
 
 // Kinds of Health.Problem.

@@ -271,10 +271,10 @@ func Probe(ctx context.Context, socket string) error {
 
 // wireHealth is h for a status answer; nil when nothing is wrong.
 func wireHealth(h fusefs.Health) *handoff.Health {
-	if h.Problem == nil && h.LostUploads == 0 {
+	if h.Problem == nil && h.LostUploads == 0 && h.Conflicts == 0 {
 		return nil
 	}
-	w := &handoff.Health{LostUploads: h.LostUploads, LastLostUpload: h.LastLostUpload}
+	w := &handoff.Health{LostUploads: h.LostUploads, LastLostUpload: h.LastLostUpload, Conflicts: h.Conflicts, LastConflict: h.LastConflict}
 	if h.Problem != nil {
 		w.Problem, w.ProblemKind, w.ProblemSince = h.Problem.Error(), problemKind(h.Problem), h.ProblemSince
 	}
