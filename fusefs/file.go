@@ -374,7 +374,7 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if !n.local() {
 		n.cachedETag = n.attr.etag
 	}
-	h := &handle{node: n, writable: writable, r: reader{fsys: n.fsys}}
+	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
 	return h, fuseFlags
 }

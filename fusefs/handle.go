@@ -15,6 +15,7 @@ import (
 type handle struct {
 	node     *fileNode
 	writable bool
+	append   bool // opened with O_APPEND
 	r        reader
 	pin      pin // under node.mu
 }
@@ -124,13 +125,19 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, syscall.EIO
 	}
 	if !n.local() {
-		if n.attr.size == 0 && off == 0 {
+		if n.attr.size == 0 && off == 0 && !h.append {
 			if err := n.startEmptyLocked(); err != nil {
 				return 0, n.writeFailed(err)
 			}
 		} else if err := n.toStaging(ctx); err != nil {
 			return 0, toErrno(err)
 		}
+	}
+	if h.append {
+		// The kernel puts an O_APPEND write at the end it knows, which
+		// another writer may have moved since: the end is the one of
+		// the content here, loaded from the version the store holds.
+		off = n.size()
 	}
 	if n.stream != nil && off != n.stream.size {
 		if err := n.toStaging(ctx); err != nil {

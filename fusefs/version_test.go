@@ -318,3 +318,35 @@ func TestChmodKeepsTheOtherWritersMetadata(t *testing.T) {
 		})
 	}
 }
+
+// An append to a file another client made longer after the mount read
+// its attributes lands at the end of the version there, not at the end
+// the kernel knew, which would overwrite the other client's bytes.
+func TestAppendGoesAtTheEndOfTheVersionThere(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			st := b.fresh(t)
+			put(t, st, "f", []byte("0123456789"))
+			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+			path := filepath.Join(dir, "f")
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			put(t, st, "f", []byte("abcdefghijklmnopqrst"))
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close() // on failure; closed below
+			if _, err := f.Write([]byte("XY")); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := string(stored(t, st, "f")), "abcdefghijklmnopqrstXY"; got != want {
+				t.Fatalf("stored %q, want %q", got, want)
+			}
+		})
+	}
+}
