@@ -52,3 +52,6 @@ func WithReorderWait(o Options, d time.Duration) Options {
 	o.waits.reorderWait = d
 	return o
 }
+
+// HeldBackByRenames counts the changes waiting for a rename to end.
+func HeldBackByRenames(f *FS) int { return f.gate.heldBack() }

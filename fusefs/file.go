@@ -415,7 +415,9 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	if !n.dirty || n.unlinked {
 		return 0
 	}
-	key, kerr := n.linkedKey()
+	// Inside the gate, no rename moves the key between here and the
+	// upload's end (keyGate).
+	key, leave, kerr := n.fsys.gate.enterAt(n.linkedKey)
 	if kerr != nil {
 		// Unlinking and renaming over a file mark it unlinked first.
 		// Should one lose its name any other way, it is not stored under
@@ -424,6 +426,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		n.fsys.opts.Logger.Error("not uploading a file that lost its name; reporting EIO to the writer", "ino", n.StableAttr().Ino)
 		return syscall.EIO
 	}
+	defer leave()
 	a := n.attr
 	if !n.mtimeSet {
 		a.mtime = time.Now()

@@ -28,6 +28,13 @@ type FS struct {
 	mountTime time.Time
 	root      *dirNode
 
+	// gate keeps directory renames and changes under them apart.
+	gate *keyGate
+	// placed holds where renames put inodes go-fuse has not moved yet
+	// (placement); placing counts them.
+	placed  sync.Map
+	placing atomic.Int64
+
 	// memory bounds bytes written and not yet uploaded, and readahead.
 	memory *semaphore.Weighted
 	// uploadingBytes is the memory held by uploads under way, which they
@@ -104,7 +111,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit)}
+	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit), gate: newKeyGate()}
 	f.reorderWait = opts.waits.reorderWait
 	f.stopping.init()
 	f.maxParts = store.MaxParts
@@ -236,7 +243,7 @@ const orphanKey = "/objfuse-unlinked/"
 func (f *FS) pathOf(in *fs.Inode) (string, bool) {
 	var names []string
 	for p := in; p != &f.root.Inode; {
-		name, parent := p.Parent()
+		name, parent := f.parentOf(p)
 		if parent == nil {
 			return "", false
 		}

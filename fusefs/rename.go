@@ -59,42 +59,73 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if err := n.keepAlive(ctx); err != nil {
 		return errno(err)
 	}
+	// What was written under the source before the rename reaches S3
+	// first, so that the copies take it; what is changed under it
+	// during the rename waits for it (keyGate) and goes to the new name.
+	if errno := n.syncUnder(ctx, name); errno != 0 {
+		return errno
+	}
+	// A file the rename replaces is unlinked like one removed: its open
+	// handles keep its content (read before the copy overwrites it, and
+	// before the gate, as keeping it may upload what they wrote), and
+	// nothing they write is uploaded under any name.
+	var replaced *fileNode
+	if ch := dst.GetChild(newName); !src.isDir && ch != nil && ch != n.GetChild(name) {
+		if replaced, _ = ch.Operations().(*fileNode); replaced != nil {
+			replaced.keepForUnlink(ctx)
+		}
+	}
+	from, to := srcKey, dstKey
 	if src.isDir {
-		if errno := n.renameDir(ctx, name, srcKey+"/", dstKey+"/"); errno != 0 {
+		from, to = srcKey+"/", dstKey+"/"
+	}
+	done := n.fsys.gate.move(from, to)
+	defer done()
+	moved := n.GetChild(name)
+	if src.isDir {
+		if errno := n.renameDir(ctx, name, from, to); errno != 0 {
 			return errno
 		}
 		dst.noteChild(newName, &dirEntry{name: newName, isDir: true})
 	} else {
-		if ch := n.GetChild(name); ch != nil {
-			if f, ok := ch.Operations().(*fileNode); ok {
-				if errno := f.sync(ctx); errno != 0 {
-					return errno
-				}
-			}
-		}
-		// A file the rename replaces is unlinked like one removed: its
-		// open handles keep its content (read before the copy overwrites
-		// it), and nothing they write is uploaded under any name.
-		var replaced *fileNode
-		if ch := dst.GetChild(newName); ch != nil && ch != n.GetChild(name) {
-			if replaced, _ = ch.Operations().(*fileNode); replaced != nil {
-				replaced.keepForUnlink(ctx)
-			}
-		}
 		o, err := n.fsys.store.Copy(ctx, srcKey, store.AnyVersion, dstKey, nil)
 		if err != nil {
 			return errno(err)
 		}
 		if replaced != nil {
 			replaced.markUnlinked()
+			n.fsys.unplace(&replaced.Inode)
 		}
 		if err := n.fsys.store.Delete(ctx, srcKey); err != nil {
 			return errno(err)
 		}
 		dst.forgetChildAttrs(newName, o)
 	}
+	if moved != nil {
+		// Before done: what the move held back takes the new name.
+		n.fsys.place(moved, dst.EmbeddedInode(), newName)
+	}
 	n.noteChild(name, nil)
 	return 0
+}
+
+// syncUnder uploads what was written to name, a file, or to the files
+// under it, a directory.
+func (n *dirNode) syncUnder(ctx context.Context, name string) syscall.Errno {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return 0
+	}
+	if f, ok := ch.Operations().(*fileNode); ok {
+		return f.sync(ctx)
+	}
+	var failed syscall.Errno
+	walkFiles(ch, func(f *fileNode) {
+		if e := f.sync(ctx); e != 0 {
+			failed = e
+		}
+	})
+	return failed
 }
 
 // forgetChildAttrs records a renamed-in file; its metadata comes from the
@@ -129,18 +160,8 @@ func (f *FS) isEmptyDir(ctx context.Context, prefix string) (bool, error) {
 
 // renameDir moves every object under srcPrefix to dstPrefix: all copies
 // first, then all deletes, so that a failure leaves the source whole.
+// The caller holds the gate's move of both prefixes.
 func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix string) syscall.Errno {
-	if ch := n.GetChild(name); ch != nil {
-		var failed syscall.Errno
-		walkFiles(ch, func(f *fileNode) {
-			if e := f.sync(ctx); e != 0 {
-				failed = e
-			}
-		})
-		if failed != 0 {
-			return failed
-		}
-	}
 	var keys []string
 	markers := map[string]store.Object{} // empty keys ending in "/"
 	hasMarker := false

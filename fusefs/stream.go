@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"syscall"
@@ -39,7 +40,10 @@ type stream struct {
 	held   int64
 	size   int64 // bytes written so far
 	upload store.Upload
-	part   int // parts sent
+	// uploadKey is the key upload was started under: a rename since
+	// then moves the object once it is complete.
+	uploadKey string
+	part      int // parts sent
 
 	// spool holds the part being filled once parts outgrow PartSize (past
 	// nine tenths of S3's part count, see store.GrowingPartSize): a
@@ -234,7 +238,7 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 		if err != nil {
 			return err
 		}
-		s.upload = u
+		s.upload, s.uploadKey = u, key
 	}
 	p := &partUpload{done: make(chan struct{})}
 	var body io.ReaderAt
@@ -371,7 +375,25 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 		s.abortAfter(ctx)
 		return store.Object{}, err
 	}
+	if key, kerr := s.key(); kerr == nil && key != s.uploadKey {
+		// Renamed (the file or a directory above it) while it streamed.
+		if o, err = s.fsys.moveObject(ctx, s.uploadKey, key); err != nil {
+			return store.Object{}, err
+		}
+	}
 	o.Size = s.size
+	return o, nil
+}
+
+// moveObject moves the object at src to dst: a copy, then a delete.
+func (f *FS) moveObject(ctx context.Context, src, dst string) (store.Object, error) {
+	o, err := f.store.Copy(ctx, src, store.AnyVersion, dst, nil)
+	if err != nil {
+		return store.Object{}, fmt.Errorf("move %q to %q: %w", src, dst, err)
+	}
+	if err := f.store.Delete(ctx, src); err != nil {
+		return store.Object{}, fmt.Errorf("move %q to %q: %w", src, dst, err)
+	}
 	return o, nil
 }
 
