@@ -19,7 +19,7 @@ test: unit fuzz e2e
 unit:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
 
-# Every fuzz target for FUZZTIME (default 5s) each (test/fuzz.sh).
+# Every fuzz target for FUZZTIME (default 50000x, inputs) each (test/fuzz.sh).
 fuzz:
 	test/fuzz.sh
 
