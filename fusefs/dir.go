@@ -100,10 +100,18 @@ func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	return 0
 }
 
+// enter enters the gate (keyGate) for the key of name in n (the
+// directory's own with name "") as it stands once inside.
+func (n *dirNode) enter(name string) (key string, leave func()) {
+	key, leave, _ = n.fsys.gate.enterAt(func() (string, error) { return n.key() + name, nil })
+	return key, leave
+}
+
 // putMarker writes the directory's marker object with attributes a.
 func (n *dirNode) putMarker(ctx context.Context, a attrs) error {
-	key := n.key()
+	key, leave := n.enter("")
 	o, err := n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, a.metadata())
+	leave()
 	if err != nil {
 		return err
 	}
@@ -289,8 +297,10 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 		return nil, syscall.EINVAL
 	}
 	a := n.newAttrs(ctx, syscall.S_IFDIR|mode&07777)
-	key := n.key() + name + "/"
-	if _, err := n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, a.metadata()); err != nil {
+	key, leave := n.enter(name + "/")
+	_, err := n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, a.metadata())
+	leave()
+	if err != nil {
 		return nil, errno(err)
 	}
 	n.noteChild(name, &dirEntry{name: name, isDir: true, obj: store.Object{Key: key, Metadata: a.metadata()}})
@@ -337,8 +347,14 @@ func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err := n.keepAlive(ctx); err != nil {
 		return errno(err)
 	}
-	if err := n.fsys.store.Delete(ctx, key); err != nil {
+	key, leave := n.enter(name + "/")
+	err := n.fsys.store.Delete(ctx, key)
+	leave()
+	if err != nil {
 		return errno(err)
+	}
+	if ch := n.GetChild(name); ch != nil {
+		n.fsys.unplace(ch)
 	}
 	n.noteChild(name, nil)
 	return 0
@@ -370,8 +386,9 @@ func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	}
 	a := n.newAttrs(ctx, syscall.S_IFLNK|0o777)
 	a.size = int64(len(target))
-	key := n.key() + name
+	key, leave := n.enter(name)
 	o, err := n.fsys.store.Put(ctx, key, bytes.NewReader([]byte(target)), int64(len(target)), a.metadata())
+	leave()
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -398,11 +415,15 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 			f.keepForUnlink(ctx)
 		}
 	}
-	if err := n.fsys.store.Delete(ctx, n.key()+name); err != nil {
+	key, leave := n.enter(name)
+	err := n.fsys.store.Delete(ctx, key)
+	leave()
+	if err != nil {
 		return errno(err)
 	}
 	if f != nil {
 		f.markUnlinked()
+		n.fsys.unplace(&f.Inode)
 	}
 	n.noteChild(name, nil)
 	return 0

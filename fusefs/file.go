@@ -283,13 +283,12 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 			n.mtimeSet = true
 		}
 		if !n.dirty && n.stored {
-			key := n.key()
 			var err error
-			if a, err = n.rewriteMetadataLocked(ctx, key, a, in); err != nil {
+			if a, err = n.rewriteMetadataLocked(ctx, a, in); err != nil {
 				return errno(err)
 			}
 			n.mtimeSet = false
-			noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
+			noteInParent(&n.Inode, dirEntry{obj: objectFor(n.key(), a)})
 		}
 		n.attr, n.attrAt = a, time.Now()
 	}
@@ -304,7 +303,12 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 // the version a describes: should another writer have replaced it, the
 // change in is applied to that version's attributes instead, so that
 // nothing the other writer set is overwritten with what this mount had.
-func (n *fileNode) rewriteMetadataLocked(ctx context.Context, key string, a attrs, in *fuse.SetAttrIn) (attrs, error) {
+func (n *fileNode) rewriteMetadataLocked(ctx context.Context, a attrs, in *fuse.SetAttrIn) (attrs, error) {
+	key, leave, err := n.fsys.gate.enterAt(n.linkedKey)
+	if err != nil {
+		return a, err
+	}
+	defer leave()
 	o, err := n.fsys.store.Copy(ctx, key, a.etag, key, a.metadata())
 	if errors.Is(err, store.ErrChanged) {
 		if err = n.revalidateLocked(ctx, key); err != nil {

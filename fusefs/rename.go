@@ -80,6 +80,12 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		from, to = srcKey+"/", dstKey+"/"
 	}
 	done := n.fsys.gate.move(from, to)
+	if n.key()+name != srcKey || dst.key()+newName != dstKey {
+		// A rename of a directory above moved both while this one
+		// waited: start again from the new names.
+		done()
+		return n.Rename(ctx, name, newParent, newName, flags)
+	}
 	defer done()
 	moved := n.GetChild(name)
 	if src.isDir {

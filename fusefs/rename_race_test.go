@@ -10,17 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 )
 
-// A directory renamed while files in it are written and closed, and new
-// ones created, loses none of them: the rename copies, then deletes, and
-// the closes in between used to upload under the old name just before
-// the delete (lost), and creates to land under the old name. Here the
-// rename is held between its copies and its deletes while a file is
-// closed and another created; both must end under the new name.
+// A directory renamed while files in it are written and closed, created
+// or removed loses none of those changes: the rename copies, then
+// deletes, and a close in between used to upload under the old name just
+// before the delete (lost), a create to land under the old name, and a
+// removed file to come back under the new one. Here the rename is held
+// between its copies and its deletes while a file is closed, another
+// created and a third removed; each must take effect under the new name.
 func TestDirectoryRenameKeepsWritesMadeDuringIt(t *testing.T) {
 	st := &heldDeletes{Store: memstore.New(), reached: make(chan struct{}), release: make(chan struct{})}
 	put(t, st, "d/f", []byte("old"))
@@ -31,6 +34,14 @@ func TestDirectoryRenameKeepsWritesMadeDuringIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close() // on failure; closed below
+	// A program working in d (its cwd, or a descriptor of it): its
+	// creates and removals reach d without a lookup in d's parent, which
+	// the kernel locks for the rename.
+	d, err := os.Open(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
 	renamed := make(chan error, 1)
 	go func() { renamed <- os.Rename(filepath.Join(dir, "d"), filepath.Join(dir, "e")) }()
 	select {
@@ -44,24 +55,32 @@ func TestDirectoryRenameKeepsWritesMadeDuringIt(t *testing.T) {
 	if _, err := f.WriteAt([]byte("new"), 0); err != nil {
 		t.Fatal(err)
 	}
-	closed := make(chan error, 2)
-	go func() { closed <- f.Close() }()
-	go func() { closed <- os.WriteFile(filepath.Join(dir, "d", "g"), []byte("g"), 0o644) }()
-	// Either both changes are held back by the rename (as they must be),
-	// or they reached the store under d/ (the bug): then let it go on.
-	eventually(t, time.Minute, "the close and the create to be held back or stored", func() bool {
-		return fusefs.HeldBackByRenames(fsys) == 2 || st.putsAfter() >= 2
-	})
+	// One at a time, each once the one before is held back by the rename
+	// (as it must be) or made in the store under d/ (the bug): a removal
+	// waiting in the mount holds d locked in the kernel, which a create
+	// in d would wait for before it reaches the mount.
+	changes := []func() error{
+		func() error { return createAt(d, "g", "g") },
+		func() error { return unix.Unlinkat(int(d.Fd()), "keep", 0) },
+		f.Close,
+	}
+	closed := make(chan error, len(changes))
+	for i, change := range changes {
+		go func() { closed <- change() }()
+		eventually(t, time.Minute, "the change to be held back or made", func() bool {
+			return fusefs.HeldBackByRenames(fsys) == i+1 || st.changesAfter() >= i+1
+		})
+	}
 	close(st.release)
 	if err := <-renamed; err != nil {
 		t.Fatalf("rename: %v", err)
 	}
-	for range 2 {
+	for range changes {
 		if err := <-closed; err != nil {
-			t.Fatalf("close or create during the rename: %v", err)
+			t.Fatalf("a close, create or remove during the rename: %v", err)
 		}
 	}
-	want := map[string]string{"e/f": "new", "e/g": "g", "e/keep": "k"}
+	want := map[string]string{"e/f": "new", "e/g": "g"}
 	got := map[string]string{}
 	for e, err := range st.List(t.Context(), "", "", true) {
 		if err != nil {
@@ -81,25 +100,44 @@ func TestDirectoryRenameKeepsWritesMadeDuringIt(t *testing.T) {
 	}
 }
 
+// createAt creates name in directory d with content.
+func createAt(d *os.File, name, content string) error {
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // heldDeletes holds the first Delete until release is closed, and counts
-// the puts made while it is held.
+// the changes (puts, other deletes) made while it is held.
 type heldDeletes struct {
 	store.Store
 	reached, release chan struct{}
 	once             sync.Once
 	mu               sync.Mutex
 	held             bool
-	puts             int
+	changes          int
 }
 
 func (s *heldDeletes) Delete(ctx context.Context, key string) error {
+	first := false
 	s.once.Do(func() {
+		first = true
 		s.mu.Lock()
 		s.held = true
 		s.mu.Unlock()
 		close(s.reached)
 		<-s.release
 	})
+	if !first {
+		s.count()
+	}
 	return s.Store.Delete(ctx, key)
 }
 
@@ -107,14 +145,14 @@ func (s *heldDeletes) count() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held {
-		s.puts++
+		s.changes++
 	}
 }
 
-func (s *heldDeletes) putsAfter() int {
+func (s *heldDeletes) changesAfter() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.puts
+	return s.changes
 }
 
 func (s *heldDeletes) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
