@@ -26,23 +26,9 @@ func (e *toldEvents) Tell(_ context.Context, _ []string, _, reason, message stri
 // Lost uploads are told once, across a restart of the node plugin (a new
 // Driver over the same state), and from 0 again for a new mounter.
 func TestLostUploadsAreToldOnceAcrossNodeRestarts(t *testing.T) {
-	dir := t.TempDir()
 	events := &toldEvents{}
-	node := func() *Driver {
-		d, err := New(Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: events})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	node := healthNode(t, events)
 	d := node()
-	st := &stagedVolume{VolumeID: "vol", Staging: filepath.Join(dir, "staging"), Targets: map[string]bool{filepath.Join(dir, "pods", "a", "mount"): false}}
-	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.saveState(st); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	check := func(d *Driver, lost int64, want string) {
 		t.Helper()
@@ -72,23 +58,9 @@ func TestLostUploadsAreToldOnceAcrossNodeRestarts(t *testing.T) {
 // Write conflicts are told once each, naming the latest, across a restart
 // of the node plugin, and from 0 again for a new mounter.
 func TestWriteConflictsAreToldOnce(t *testing.T) {
-	dir := t.TempDir()
 	events := &toldEvents{}
-	node := func() *Driver {
-		d, err := New(Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: events})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	node := healthNode(t, events)
 	d := node()
-	st := &stagedVolume{VolumeID: "vol", Staging: filepath.Join(dir, "staging"), Targets: map[string]bool{filepath.Join(dir, "pods", "a", "mount"): false}}
-	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.saveState(st); err != nil {
-		t.Fatal(err)
-	}
 	check := func(d *Driver, conflicts int64, want string) {
 		t.Helper()
 		st, err := d.loadState("vol")
@@ -111,4 +83,27 @@ func TestWriteConflictsAreToldOnce(t *testing.T) {
 	check(d, 1, "")
 	check(d, 3, "2 change(s)")
 	check(d, 1, "1 change(s)") // a new mounter counts from 0
+}
+
+// healthNode saves the state of one staged volume, "vol", used by one
+// pod, and returns a function that starts a node plugin over it (again:
+// a restart) telling events.
+func healthNode(t *testing.T, events *toldEvents) func() *Driver {
+	dir := t.TempDir()
+	node := func() *Driver {
+		d, err := New(Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: events})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := node()
+	st := &stagedVolume{VolumeID: "vol", Staging: filepath.Join(dir, "staging"), Targets: map[string]bool{filepath.Join(dir, "pods", "a", "mount"): false}}
+	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.saveState(st); err != nil {
+		t.Fatal(err)
+	}
+	return node
 }

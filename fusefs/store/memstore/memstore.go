@@ -84,29 +84,33 @@ func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (i
 }
 
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
-	if err := s.fail("put", key); err != nil {
-		return store.Object{}, err
-	}
-	data, err := io.ReadAll(r)
+	data, err := s.body("put", key, r, size)
 	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
-	}
-	if size >= 0 && int64(len(data)) != size {
-		return store.Object{}, fmt.Errorf("put %q: read %d bytes, want %d: %w", key, len(data), size, store.ErrInvalid)
+		return store.Object{}, err
 	}
 	return s.store(key, data, meta), nil
 }
 
-func (s *Store) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
-	if err := s.fail("put", key); err != nil {
-		return store.Object{}, err
+// body reads the size bytes of a put's body (any number when size < 0),
+// after the fault op may inject.
+func (s *Store) body(op, key string, r io.Reader, size int64) ([]byte, error) {
+	if err := s.fail(op, key); err != nil {
+		return nil, err
 	}
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+		return nil, fmt.Errorf("%s %q: %w", op, key, err)
 	}
 	if size >= 0 && int64(len(data)) != size {
-		return store.Object{}, fmt.Errorf("put %q: read %d bytes, want %d: %w", key, len(data), size, store.ErrInvalid)
+		return nil, fmt.Errorf("%s %q: read %d bytes, want %d: %w", op, key, len(data), size, store.ErrInvalid)
+	}
+	return data, nil
+}
+
+func (s *Store) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
+	data, err := s.body("put", key, r, size)
+	if err != nil {
+		return store.Object{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
