@@ -41,6 +41,10 @@ func ParseID(s string) (ID, error) {
 	if err := validateEndpoint(id.S3.Endpoint); err != nil {
 		return ID{}, fmt.Errorf("volume id %q: endpoint: %v", s, err)
 	}
+	if !validRegion(id.S3.Region) {
+		// String always writes one; its context could not carry none.
+		return ID{}, fmt.Errorf("volume id %q: bad region", s)
+	}
 	if err := ValidateBucketName(id.Bucket); err != nil {
 		return ID{}, fmt.Errorf("volume id %q: bucket: %v", s, err)
 	}

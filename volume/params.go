@@ -187,7 +187,7 @@ func parseS3(in map[string]string, def Defaults) (S3, error) {
 		return S3{}, &ParseError{Param: ParamEndpoint, Value: s.Endpoint, Reason: err.Error()}
 	}
 	if v, ok := in[ParamRegion]; ok {
-		if v == "" || strings.ContainsAny(v, "|/ ") {
+		if !validRegion(v) {
 			return S3{}, &ParseError{Param: ParamRegion, Value: v, Reason: "want a region name such as us-east-1"}
 		}
 		s.Region = v
@@ -347,3 +347,7 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// validRegion reports whether v can be a region name (and a field of an
+// id: no '|').
+func validRegion(v string) bool { return v != "" && !strings.ContainsAny(v, "|/ ") }
