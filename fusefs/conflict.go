@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -41,7 +43,18 @@ func (n *fileNode) uploadStaging(ctx context.Context, key string, size int64, me
 		return n.fsys.store.Put(ctx, key, body(), size, meta)
 	}
 	o, err := n.fsys.store.PutIfMatch(ctx, key, n.base, body(), size, meta)
-	if !errors.Is(err, store.ErrChanged) {
+	if errors.Is(err, store.ErrChanged) {
+		// The version there may be one this mount made since (a rename's
+		// or a chmod's copy): the change goes on from it.
+		if now, herr := n.fsys.store.Head(ctx, key); herr == nil && n.ownVersion(now.ETag) {
+			n.base = now.ETag
+			o, err = n.fsys.store.PutIfMatch(ctx, key, n.base, body(), size, meta)
+		}
+	}
+	// A version deleted meanwhile (S3 answers If-Match on a missing key
+	// with 404) is another writer's change too: the file is not
+	// silently brought back.
+	if !errors.Is(err, store.ErrChanged) && !errors.Is(err, store.ErrNotExist) {
 		return o, err
 	}
 	kept := conflictName(key, time.Now())
@@ -56,3 +69,38 @@ func (n *fileNode) uploadStaging(ctx context.Context, key string, size int64, me
 	n.attrAt = time.Time{}
 	return store.Object{}, cerr
 }
+
+// ownVersions are the ETags of the latest versions this mount made of a
+// file: its uploads, and the copies its renames and metadata rewrites
+// made (a copy's ETag may differ from its source's: a multipart source,
+// or encryption). A lookup that finds one of them is not another
+// writer's change, and an upload conditional on an older one may go on
+// from it. Its lock is a leaf, held around nothing else, so that a
+// rename holding the gate may note its copies.
+type ownVersions struct {
+	mu    sync.Mutex
+	etags [8]string
+	next  int
+}
+
+func (o *ownVersions) note(etag string) {
+	if etag == "" {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.etags[o.next] = etag
+	o.next = (o.next + 1) % len(o.etags)
+}
+
+func (o *ownVersions) has(etag string) bool {
+	if etag == "" {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Contains(o.etags[:], etag)
+}
+
+// ownVersion reports whether etag is a version this mount made.
+func (n *fileNode) ownVersion(etag string) bool { return n.own.has(etag) }

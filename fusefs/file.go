@@ -33,6 +33,8 @@ type fileNode struct {
 	unlinked       bool
 	// cachedETag is the ETag whose content the kernel's page cache holds.
 	cachedETag string
+	// own are the versions this mount made of the file.
+	own ownVersions
 	// replacedElsewhere counts the times a lookup or stat found the
 	// object replaced by a version this mount did not write: a handle
 	// opened before keeps reading its own version (handle.pin).
@@ -123,7 +125,7 @@ func (n *fileNode) refresh(a attrs) {
 // takeAttrsLocked takes attributes the store gave, counting a version
 // this mount did not write (see handle.pin).
 func (n *fileNode) takeAttrsLocked(a attrs) {
-	if a.etag != n.attr.etag && a.etag != "" && n.attr.etag != "" {
+	if a.etag != n.attr.etag && a.etag != "" && n.attr.etag != "" && !n.ownVersion(a.etag) {
 		n.replacedElsewhere++
 	}
 	n.attr, n.attrAt, n.stored = a, time.Now(), true
@@ -321,6 +323,10 @@ func (n *fileNode) rewriteMetadataLocked(ctx context.Context, a attrs, in *fuse.
 	if err != nil {
 		return a, err
 	}
+	n.own.note(o.ETag)
+	if n.base == a.etag {
+		n.base = o.ETag // the copy is the same content
+	}
 	a.etag = o.ETag
 	return a, nil
 }
@@ -472,6 +478,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		return syscall.EIO
 	}
 	n.fsys.stats.Uploads.Add(1)
+	n.own.note(a.etag)
 	n.attr, n.attrAt = a, time.Now()
 	n.stored, n.dirty, n.mtimeSet, n.closedAsync = true, false, false, false
 	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})

@@ -160,6 +160,10 @@ func (f *FS) place(in *fs.Inode, parent *fs.Inode, name string) {
 	}
 }
 
+// placeRemoved records that in has no name any more, until go-fuse's
+// tree says so too.
+func (f *FS) placeRemoved(in *fs.Inode) { f.place(in, nil, "") }
+
 func (f *FS) unplace(in *fs.Inode) {
 	if _, had := f.placed.LoadAndDelete(in); had {
 		f.placing.Add(-1)

@@ -85,11 +85,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	ctx, cancel := n.fsys.patient(ctx)
 	defer cancel()
 	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
-	if errors.Is(err, store.ErrChanged) && h.repin(ctx, key) {
-		// Replaced before this handle read a byte: it reads the new
-		// version, as if opened after the change.
-		size, etag = h.pin.size, h.pin.etag
-		res, k, err = h.r.read(ctx, key, etag, size, dest, off)
+	if errors.Is(err, store.ErrChanged) {
+		if p, ok := h.repin(ctx, key); ok {
+			// Replaced before this handle read a byte, or by this
+			// mount: it reads the new version, as if opened after.
+			res, k, err = h.r.read(ctx, key, p.etag, p.size, dest, off)
+		}
 	}
 	if err != nil {
 		return nil, toErrno(err)
@@ -103,17 +104,21 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return res, 0
 }
 
-// repin moves the pin of a handle that has not read a byte yet to the
-// version the store holds now, and reports whether it moved.
-func (h *handle) repin(ctx context.Context, key string) bool {
+// repin moves the pin of a handle that has not read a byte yet, or whose
+// version this mount replaced, to the version the store holds now, and
+// reports whether it moved.
+func (h *handle) repin(ctx context.Context, key string) (pin, bool) {
 	n := h.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if h.pin.used || n.local() || n.revalidateLocked(ctx, key) != nil {
-		return false
+	if n.local() || n.revalidateLocked(ctx, key) != nil {
+		return pin{}, false
 	}
-	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere}
-	return true
+	if h.pin.used && !n.ownVersion(n.attr.etag) {
+		return pin{}, false
+	}
+	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere, used: h.pin.used}
+	return h.pin, true
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {

@@ -86,7 +86,15 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		done()
 		return n.Rename(ctx, name, newParent, newName, flags)
 	}
-	defer done()
+	// What takes a node's lock waits until the move is done: a sync
+	// holding that lock may be waiting in the gate for these keys.
+	var afterMove []func()
+	defer func() {
+		done()
+		for _, f := range afterMove {
+			f()
+		}
+	}()
 	moved := n.GetChild(name)
 	if src.isDir {
 		if errno := n.renameDir(ctx, name, from, to); errno != 0 {
@@ -98,9 +106,16 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		if err != nil {
 			return errno(err)
 		}
+		if moved != nil {
+			if f, ok := moved.Operations().(*fileNode); ok {
+				f.own.note(o.ETag)
+			}
+		}
 		if replaced != nil {
-			replaced.markUnlinked()
-			n.fsys.unplace(&replaced.Inode)
+			// Its key goes now (a sync that wakes finds it has no name
+			// and keeps its bytes), the rest once the move is done.
+			n.fsys.placeRemoved(&replaced.Inode)
+			afterMove = append(afterMove, replaced.markUnlinked)
 		}
 		if err := n.fsys.store.Delete(ctx, srcKey); err != nil {
 			return errno(err)
@@ -202,16 +217,27 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 			return errno(err)
 		}
 	}
+	var copiedMu sync.Mutex
+	copied := map[string]string{} // source key → its copy's ETag
 	copyOne := func(k string) error {
 		dst := dstPrefix + strings.TrimPrefix(k, srcPrefix)
 		if m, ok := markers[k]; ok {
 			return n.fsys.copyMarker(ctx, m, dst)
 		}
-		_, err := n.fsys.store.Copy(ctx, k, store.AnyVersion, dst, nil)
+		o, err := n.fsys.store.Copy(ctx, k, store.AnyVersion, dst, nil)
+		if err == nil {
+			copiedMu.Lock()
+			copied[k] = o.ETag
+			copiedMu.Unlock()
+		}
 		return err
 	}
 	if err := n.fsys.parallel(keys, copyOne); err != nil {
 		return errno(err)
+	}
+	if ch := n.GetChild(name); ch != nil {
+		// The copies are this mount's versions of the files it knows.
+		walkFiles(ch, func(f *fileNode) { f.own.note(copied[n.fsys.keyOf(&f.Inode)]) })
 	}
 	if err := n.fsys.parallel(keys, func(k string) error { return n.fsys.store.Delete(ctx, k) }); err != nil {
 		return errno(err)

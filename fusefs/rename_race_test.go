@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -163,4 +164,57 @@ func (s *heldDeletes) Put(ctx context.Context, key string, r io.Reader, size int
 func (s *heldDeletes) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
 	s.count()
 	return s.Store.PutIfMatch(ctx, key, etag, r, size, meta)
+}
+
+// A rename over a file open with unsaved writes, while a flush of every
+// file (a mounter's drain) waits for the rename, ends: the rename takes
+// no file's lock while it holds back changes, and the replaced file's
+// bytes are never uploaded over the renamed one.
+func TestRenameOverADirtyOpenFileEnds(t *testing.T) {
+	st := &heldCopy{Store: memstore.New(), reached: make(chan struct{}), release: make(chan struct{})}
+	put(t, st, "a", []byte("aaa"))
+	put(t, st, "b", []byte("bbb"))
+	fsys, dir := mountFSOf(t, st, fusefs.Options{})
+	f, err := os.OpenFile(filepath.Join(dir, "b"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("X"), 1); err != nil {
+		t.Fatal(err)
+	}
+	renamed := make(chan error, 1)
+	go func() { renamed <- os.Rename(filepath.Join(dir, "a"), filepath.Join(dir, "b")) }()
+	<-st.reached
+	flushed := make(chan error, 1)
+	go func() { flushed <- fsys.Flush(context.Background()) }()
+	eventually(t, time.Minute, "the flush to be held back", func() bool { return fusefs.HeldBackByRenames(fsys) == 1 })
+	close(st.release)
+	select {
+	case err := <-renamed:
+		if err != nil {
+			t.Fatalf("rename: %v", err)
+		}
+	case <-time.After(time.Minute):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("the rename never ended:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	<-flushed // its error, if any, is the replaced file's: it has no name
+	if got := string(stored(t, st, "b")); got != "aaa" {
+		t.Fatalf("b holds %q, want the renamed file's content", got)
+	}
+}
+
+// heldCopy holds the copy of a to b until release is closed.
+type heldCopy struct {
+	*memstore.Store
+	reached, release chan struct{}
+	once             sync.Once
+}
+
+func (s *heldCopy) Copy(ctx context.Context, src, etag, dst string, meta map[string]string) (store.Object, error) {
+	if src == "a" && dst == "b" {
+		s.once.Do(func() { close(s.reached); <-s.release })
+	}
+	return s.Store.Copy(ctx, src, etag, dst, meta)
 }
