@@ -30,6 +30,9 @@ type pin struct {
 	size int64
 	seen uint64 // the node's replacedElsewhere when the pin was taken
 	used bool   // a READ returned bytes of this version
+	// moves counts repins: a READ that ran beside one read the version
+	// the handle left, whose bytes it must not return.
+	moves uint64
 }
 
 // follow moves the pin to the node's version unless that came from
@@ -76,48 +79,80 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		return sliceReply(dest[:k]), 0
 	}
 	key, err := n.linkedKey()
-	h.pin.follow(n)
-	size, etag := h.pin.size, h.pin.etag
 	n.mu.Unlock()
 	if err != nil {
 		return nil, toErrno(err)
 	}
 	ctx, cancel := n.fsys.patient(ctx)
 	defer cancel()
-	res, k, err := h.r.read(ctx, key, etag, size, dest, off)
-	if errors.Is(err, store.ErrChanged) {
-		if p, ok := h.repin(ctx, key); ok {
-			// Replaced before this handle read a byte, or by this
-			// mount: it reads the new version, as if opened after.
-			res, k, err = h.r.read(ctx, key, p.etag, p.size, dest, off)
-		}
-	}
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	if k > 0 {
+	// The kernel sends READs of one handle side by side (readahead): a
+	// READ that lost the race with a repin reads again, at most twice, so
+	// that every byte the handle returns is of one version.
+	for try := 0; ; try++ {
 		n.mu.Lock()
-		h.pin.used = true
+		h.pin.follow(n)
+		p := h.pin
+		gone := p.used && p.seen != n.replacedElsewhere
 		n.mu.Unlock()
+		if gone {
+			// The store holds another version now. Bytes of this one
+			// may still be cached (read cache, prefetch), but they would
+			// go into the page cache the inode shares with handles that
+			// read the new version.
+			return nil, syscall.ESTALE
+		}
+		res, k, err := h.r.read(ctx, key, p.etag, p.size, dest, off)
+		if errors.Is(err, store.ErrChanged) {
+			if moved, ok := h.repin(ctx, key, p); ok {
+				// Replaced before this handle read a byte, or by this
+				// mount: it reads the new version, as if opened after.
+				p = moved
+				res, k, err = h.r.read(ctx, key, p.etag, p.size, dest, off)
+			}
+		}
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		n.mu.Lock()
+		if h.pin.moves != p.moves && try < 2 {
+			n.mu.Unlock()
+			continue
+		} else if h.pin.moves != p.moves {
+			n.mu.Unlock()
+			return nil, syscall.ESTALE
+		}
+		if k > 0 {
+			h.pin.used = true
+		}
+		if p.etag != n.attr.etag {
+			// The page cache, one per inode, now holds bytes of another
+			// version than the node's: the next open must drop them.
+			n.cachedETag = ""
+		}
+		n.mu.Unlock()
+		n.fsys.stats.BytesRead.Add(int64(k))
+		return res, 0
 	}
-	n.fsys.stats.BytesRead.Add(int64(k))
-	return res, 0
 }
 
 // repin moves the pin of a handle that has not read a byte yet, or whose
 // version this mount replaced, to the version the store holds now, and
-// reports whether it moved.
-func (h *handle) repin(ctx context.Context, key string) (pin, bool) {
+// reports whether it moved. A READ that failed on pin from reads again
+// with the pin another READ moved it to meanwhile.
+func (h *handle) repin(ctx context.Context, key string, from pin) (pin, bool) {
 	n := h.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if h.pin.moves != from.moves {
+		return h.pin, true
+	}
 	if n.local() || n.revalidateLocked(ctx, key) != nil {
 		return pin{}, false
 	}
 	if h.pin.used && !n.ownVersion(n.attr.etag) {
 		return pin{}, false
 	}
-	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere, used: h.pin.used}
+	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere, used: h.pin.used, moves: h.pin.moves + 1}
 	return h.pin, true
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"iter"
 	"os"
 	"path/filepath"
@@ -93,6 +94,124 @@ func TestFirstReadOfAReplacedFileReadsTheNewVersion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// READs of one handle run side by side (readahead): when one of them
+// moves the handle to a version that replaced the opened one before it
+// read a byte, another that was already reading the old version reads
+// again, so that the handle never returns bytes of both.
+func TestSideBySideReadsOfOneHandleReadOneVersion(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			const size, off = 2 << 20, 1 << 20
+			v1, v2 := randomBytes(size), randomBytes(size)
+			st := &heldGet{Store: b.fresh(t), from: off, reached: make(chan struct{}), release: make(chan struct{})}
+			put(t, st, "f", v1)
+			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+			f, err := os.Open(filepath.Join(dir, "f"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			type result struct {
+				p   []byte
+				err error
+			}
+			late := make(chan result, 1)
+			go func() {
+				p := make([]byte, 4096)
+				_, err := f.ReadAt(p, off)
+				late <- result{p, err}
+			}()
+			<-st.reached // that READ holds v1's bytes
+			put(t, st, "f", v2)
+			p := make([]byte, 4096)
+			if _, err := f.ReadAt(p, 0); err != nil || !bytes.Equal(p, v2[:4096]) {
+				t.Fatalf("first read to end: %v, v2's bytes %v", err, bytes.Equal(p, v2[:4096]))
+			}
+			close(st.release)
+			r := <-late
+			switch {
+			case errors.Is(r.err, syscall.ESTALE):
+			case r.err != nil:
+				t.Fatalf("the read beside it: %v", r.err)
+			case bytes.Equal(r.p, v1[off:off+4096]):
+				t.Fatal("one handle returned v2's bytes and v1's")
+			case !bytes.Equal(r.p, v2[off:off+4096]):
+				t.Fatal("the read beside it returned bytes of neither version")
+			}
+		})
+	}
+}
+
+// A handle left on a version another client replaced serves none of it
+// from the mount's caches: those bytes would land in the page cache that
+// a handle opened on the new version reads too.
+func TestReplacedVersionStaysOutOfThePageCache(t *testing.T) {
+	for _, b := range backends()[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			const size, off = 1 << 20, 512 << 10
+			v1, v2 := randomBytes(size), randomBytes(size)
+			st := b.fresh(t)
+			put(t, st, "f", v1)
+			fsys, dir := mountFSOf(t, st, fusefs.Options{ReadCacheSize: 4 * size, StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
+			path := filepath.Join(dir, "f")
+			old, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			p := make([]byte, 4096)
+			if _, err := old.ReadAt(p, off); err != nil || !bytes.Equal(p, v1[off:off+4096]) {
+				t.Fatalf("read of v1: %v", err)
+			}
+			if fsys.ReadCache() == nil || fsys.ReadCache().Stats().Bytes.Load() < 4096 {
+				t.Fatal("v1 is not in the read cache: the test proves nothing")
+			}
+			dropPages(t, old)
+			put(t, st, "f", v2)
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			cur, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cur.Close()
+			if _, err := old.ReadAt(p, off); err == nil && !bytes.Equal(p, v1[off:off+4096]) {
+				t.Fatal("the old handle read bytes of another version than its own")
+			}
+			if _, err := cur.ReadAt(p, off); err != nil || !bytes.Equal(p, v2[off:off+4096]) {
+				t.Fatalf("the handle opened on v2: %v, v2's bytes %v, v1's %v", err, bytes.Equal(p, v2[off:off+4096]), bytes.Equal(p, v1[off:off+4096]))
+			}
+		})
+	}
+}
+
+// heldGet holds the first GET at or after offset from, with its bytes
+// already read, until release is closed.
+type heldGet struct {
+	store.Store
+	from             int64
+	reached, release chan struct{}
+	once             sync.Once
+}
+
+func (s *heldGet) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
+	body, err := s.Store.Get(ctx, key, etag, off, length)
+	if err != nil || off < s.from {
+		return body, err
+	}
+	held := false
+	s.once.Do(func() { held = true })
+	if !held {
+		return body, nil
+	}
+	defer body.Close()
+	data, err := io.ReadAll(body)
+	close(s.reached)
+	<-s.release
+	return io.NopCloser(bytes.NewReader(data)), err
 }
 
 // A write into an existing object another client replaced since the
