@@ -98,12 +98,42 @@ func (s *Store) putOneIf(ctx context.Context, key, etag string, r io.Reader, siz
 			return fmt.Errorf("rewind the body: %w", err)
 		}
 		info, err = s.core.PutObject(ctx, s.bucket, key, body, size, "", "", opts)
+		if etag != store.AnyVersion && minio.ToErrorResponse(err).Code == "PreconditionFailed" {
+			// A retry (minio-go's or ours) after a reply lost on the
+			// way finds the version its first try made: not a conflict.
+			done, ok, serr := s.storedAlready(ctx, key, size, sum)
+			switch {
+			case ok:
+				info, err = done, nil
+			case serr != nil:
+				return s.fail(serr) // try again: it may be this PUT's
+			}
+		}
 		return s.fail(err)
 	})
 	if err != nil {
 		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, Metadata: lower(meta)}, nil
+}
+
+// storedAlready says whether the object at key is the one a PUT of size
+// bytes with CRC32C sum stored: same size, same checksum (which the
+// server keeps as sent). Another writer's identical bytes count as this
+// PUT's: nothing of theirs is lost. An error says the object could not
+// be looked at.
+func (s *Store) storedAlready(ctx context.Context, key string, size int64, sum uint32) (minio.UploadInfo, bool, error) {
+	o, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{Checksum: true})
+	if err != nil {
+		if errors.Is(mapErr(err), store.ErrNotExist) {
+			return minio.UploadInfo{}, false, nil
+		}
+		return minio.UploadInfo{}, false, err
+	}
+	if o.Size != size || o.ChecksumCRC32C != crc32cBase64(sum) {
+		return minio.UploadInfo{}, false, nil
+	}
+	return minio.UploadInfo{Bucket: s.bucket, Key: key, ETag: o.ETag, Size: o.Size, LastModified: o.LastModified}, true, nil
 }
 
 // checksummed returns the CRC32C of size bytes of r and a reader of the

@@ -93,9 +93,10 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	var info minio.UploadInfo
 	err := u.s.untilDeadline(ctx, func(ctx context.Context) (err error) {
 		info, err = u.s.core.CompleteMultipartUpload(ctx, u.s.bucket, u.key, u.id, parts, opts)
-		if minio.ToErrorResponse(err).Code == "NoSuchUpload" {
+		if code := minio.ToErrorResponse(err).Code; code == "NoSuchUpload" || (u.ifMatch != store.AnyVersion && code == "PreconditionFailed") {
 			// A retry (minio-go's or ours) after a reply lost on the
-			// way: the upload may be gone because it completed.
+			// way: the upload may be gone, or the object no longer the
+			// version it named, because it completed.
 			done, ok, serr := u.completedAlready(ctx, parts)
 			switch {
 			case ok:

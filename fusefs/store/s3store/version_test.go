@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,5 +164,55 @@ func TestIgnoredIfMatchIsCaught(t *testing.T) {
 			}
 			t.Errorf("get [%d,+%d) of version \"then\" answered by version \"now\": %v, want ErrChanged", r.off, r.n, err)
 		}
+	}
+}
+
+// A conditional PUT whose reply was lost after the server stored it is
+// retried, is refused (the object is no longer the version it named),
+// and recognises the version there as its own: stored, not a conflict.
+func TestPutIfMatchWhoseReplyWasLost(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.NewBucket(t)
+	var puts atomic.Int32
+	cfg, lost := srv.ReplyLosingFront(t, func(r *http.Request) bool {
+		// The single PUT, or the completion of a multipart upload.
+		last := r.Method == http.MethodPut && !r.URL.Query().Has("partNumber") || r.Method == http.MethodPost && r.URL.Query().Has("uploadId")
+		return last && r.Header.Get("If-Match") != "" && puts.Add(1) == 1
+	})
+	cfg.PartSize = 5 << 20
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{100, 11 << 20} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			puts.Store(0)
+			lost.Store(0)
+			putIfMatchWhoseReplyWasLost(t, st, size, lost, &puts)
+		})
+	}
+}
+
+func putIfMatchWhoseReplyWasLost(t *testing.T, st *s3store.Store, size int, lost, puts *atomic.Int32) {
+	v1, v2 := bytes.Repeat([]byte("1"), size), bytes.Repeat([]byte("2"), size)
+	o1, err := st.Put(t.Context(), "obj", bytes.NewReader(v1), int64(len(v1)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, err := st.PutIfMatch(t.Context(), "obj", o1.ETag, bytes.NewReader(v2), int64(len(v2)), nil)
+	if err != nil {
+		t.Fatalf("conditional put whose reply was lost: %v", err)
+	}
+	if lost.Load() != 1 || puts.Load() < 2 {
+		t.Fatalf("%d replies lost, %d conditional puts sent: the case was not made", lost.Load(), puts.Load())
+	}
+	now, err := st.Head(t.Context(), "obj")
+	if err != nil || now.ETag != o2.ETag || now.Size != int64(len(v2)) {
+		t.Fatalf("stored %+v (%v), put returned %+v", now, err, o2)
+	}
+	// Bytes of the same size that differ are another writer's: refused.
+	v3 := bytes.Repeat([]byte("3"), size)
+	if _, err := st.PutIfMatch(t.Context(), "obj", o1.ETag, bytes.NewReader(v3), int64(len(v3)), nil); !errors.Is(err, store.ErrChanged) {
+		t.Fatalf("put on a replaced version: %v, want ErrChanged", err)
 	}
 }
