@@ -114,8 +114,8 @@ func Call(ctx context.Context, socket string, req Request, fd int) (Reply, error
 		return Reply{}, fmt.Errorf("send %s to mounter: %w", req.Op, err)
 	}
 	uc.CloseWrite()
-	var rep Reply
-	if err := json.NewDecoder(uc).Decode(&rep); err != nil {
+	rep, err := readReply(uc)
+	if err != nil {
 		return Reply{}, fmt.Errorf("read mounter's answer to %s: %w", req.Op, err)
 	}
 	if !rep.OK {
@@ -152,37 +152,37 @@ func Serve(ctx context.Context, l *net.UnixListener, h Handler) error {
 func handle(conn *net.UnixConn, h Handler) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(2 * time.Minute))
-	buf := make([]byte, 4096)
+	buf := make([]byte, maxRequest)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	fds := receivedFDs(oob[:oobn])
+	if len(fds) > 1 {
+		closeAll(fds[1:]) // only one handle per request
+		fds = fds[:1]
+	}
 	if err != nil {
+		closeAll(fds)
 		return
 	}
 	fd := -1
-	if oobn > 0 {
-		if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for _, m := range msgs {
-				if fds, err := syscall.ParseUnixRights(&m); err == nil {
-					for _, f := range fds {
-						if fd < 0 {
-							fd = f
-						} else {
-							syscall.Close(f) // only one handle per request
-						}
-					}
-				}
-			}
-		}
+	if len(fds) == 1 {
+		fd = fds[0]
 	}
-	var req Request
 	var rep Reply
-	if err := json.Unmarshal(buf[:n], &req); err != nil {
-		rep = Reply{Error: "bad request: " + err.Error()}
+	if req, err := parseRequest(buf[:n]); err != nil {
+		closeAll(fds) // nothing will serve it
+		rep = Reply{Error: err.Error()}
 	} else {
 		rep = h(req, fd)
 	}
 	rep.PID = os.Getpid()
 	json.NewEncoder(conn).Encode(rep)
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
 }
 
 // Listen creates the socket, replacing a stale one left by a previous
