@@ -67,6 +67,7 @@ func (n *fileNode) uploadStaging(ctx context.Context, key string, size int64, me
 	// the other writer's version at the next lookup.
 	n.dropLocal()
 	n.attrAt = time.Time{}
+	n.dropKernelCacheLater() // its pages and size are of the change kept
 	return store.Object{}, cerr
 }
 

@@ -33,6 +33,10 @@ type fileNode struct {
 	unlinked       bool
 	// cachedETag is the ETag whose content the kernel's page cache holds.
 	cachedETag string
+	// kernelSize is the size the kernel was last told or made itself (by
+	// writing): it pads a READ answered short of it with zeros up to it
+	// when attributes changed while the READ ran.
+	kernelSize int64
 	// own are the versions this mount made of the file.
 	own ownVersions
 	// replacedElsewhere counts the times a lookup or stat found the
@@ -207,10 +211,12 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	told := n.attr.etag
 	st, err := n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
-	if errors.Is(err, store.ErrChanged) {
-		// Another writer replaced the object since its attributes were
-		// read: the change starts from the version there now.
+	// Another writer replaced the object since its attributes were read:
+	// the change starts from the version there now. A file replaced over
+	// and over may change again while it loads: a few tries, then ESTALE.
+	for try := 0; errors.Is(err, store.ErrChanged) && try < loadTries; try++ {
 		if err = n.revalidateLocked(ctx, key); err == nil {
 			st, err = n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
 		}
@@ -219,8 +225,25 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 		return err
 	}
 	n.staging, n.base = st, n.attr.etag
+	if n.attr.etag != told {
+		n.dropKernelCacheLater()
+	}
 	return nil
 }
+
+// dropKernelCacheLater has the kernel drop its pages and attributes of
+// the file, which are of another version than the content here: writes
+// would go into pages of the old one beside the new, and reads of them
+// mix the two. Not while the request at hand runs: the kernel may hold
+// its pages locked until it is answered.
+func (n *fileNode) dropKernelCacheLater() {
+	n.cachedETag = ""
+	go n.NotifyContent(0, 0)
+}
+
+// loadTries bounds the loads of a local copy that find the object
+// replaced again.
+const loadTries = 5
 
 // revalidateLocked takes the object's attributes from a HEAD.
 func (n *fileNode) revalidateLocked(ctx context.Context, key string) error {
@@ -228,7 +251,17 @@ func (n *fileNode) revalidateLocked(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	before := n.attr
 	n.takeAttrsLocked(n.fsys.attrsOf(o, syscall.S_IFREG))
+	if n.attr.size > before.size {
+		// No reply carries these to the kernel, which goes on with the
+		// size it was told: a longer version's reads would end there.
+		// It is told to ask again (the attributes only: no page lock is
+		// taken). Not for a shorter version: a short READ tells the
+		// kernel the new end, unless attributes changed meanwhile, when
+		// it pads the page with zeros up to the old size.
+		n.NotifyContent(-1, 0)
+	}
 	return nil
 }
 
@@ -256,6 +289,7 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 	a := n.attr
 	a.size = n.size()
 	a.fill(out)
+	n.kernelSize = a.size
 }
 
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -297,6 +331,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 	a = n.attr
 	a.size = n.size()
 	a.fill(&out.Attr)
+	n.kernelSize = a.size
 	return 0
 }
 
@@ -358,6 +393,9 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if writable && flags&syscall.O_TRUNC != 0 {
 		n.mu.Lock()
 		err := n.truncateLocked(ctx, 0)
+		if err == nil {
+			n.kernelSize = 0 // the kernel truncates too
+		}
 		n.mu.Unlock()
 		if err != nil {
 			return nil, 0, toErrno(err)
@@ -386,6 +424,9 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	}
 	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
+	// With the pages kept, the kernel may answer reads from this version
+	// without asking: the handle has read from it.
+	h.pin.used = fuseFlags&fuse.FOPEN_KEEP_CACHE != 0
 	return h, fuseFlags
 }
 

@@ -29,16 +29,16 @@ type pin struct {
 	etag string
 	size int64
 	seen uint64 // the node's replacedElsewhere when the pin was taken
-	used bool   // a READ returned bytes of this version
+	used bool   // a READ was answered from this version
 	// moves counts repins: a READ that ran beside one read the version
 	// the handle left, whose bytes it must not return.
 	moves uint64
 }
 
-// follow moves the pin to the node's version unless that came from
-// elsewhere since the pin was taken.
+// follow moves the pin to the node's version unless the handle read
+// from its own and the node's came from elsewhere since.
 func (p *pin) follow(n *fileNode) {
-	if p.etag != "" && p.seen != n.replacedElsewhere {
+	if p.used && p.seen != n.replacedElsewhere {
 		return
 	}
 	p.etag, p.size, p.seen = n.attr.etag, n.attr.size, n.replacedElsewhere
@@ -68,6 +68,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		if off >= size {
 			return fuse.ReadResultData(nil), 0
 		}
+		asked := len(dest)
 		dest = dest[:min(int64(len(dest)), size-off)]
 		if n.stream != nil {
 			return fuse.ReadResultData(nil), 0
@@ -75,6 +76,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		k, err := n.staging.ReadAt(dest, off)
 		if err != nil {
 			return nil, syscall.EIO
+		}
+		if errno := n.shortOfKernel(off, k, asked); errno != 0 {
+			return nil, errno
 		}
 		return sliceReply(dest[:k]), 0
 	}
@@ -114,16 +118,32 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			return nil, toErrno(err)
 		}
 		n.mu.Lock()
-		if h.pin.moves != p.moves && try < 2 {
+		// A short answer ends at the end of the version read. If the
+		// file has moved past it, the kernel may know the new, longer
+		// size already (from an answer sent meanwhile), and would pad
+		// this one with zeros up to that.
+		moved := h.pin.moves != p.moves
+		passed := k < len(dest) && (n.local() || p.etag != n.attr.etag)
+		if (moved || passed) && res != nil {
+			res.Done()
+		}
+		switch {
+		case (moved || passed && (n.local() || !h.pin.used)) && try < 2:
 			n.mu.Unlock()
-			continue
-		} else if h.pin.moves != p.moves {
+			continue // read again: the new version, or the local content
+		case moved || passed:
 			n.mu.Unlock()
 			return nil, syscall.ESTALE
 		}
-		if k > 0 {
-			h.pin.used = true
+		if errno := n.shortOfKernel(off, k, len(dest)); errno != 0 {
+			n.mu.Unlock()
+			if res != nil {
+				res.Done()
+			}
+			return nil, errno
 		}
+		// An answer past the end says the version's size: it counts.
+		h.pin.used = true
 		if p.etag != n.attr.etag {
 			// The page cache, one per inode, now holds bytes of another
 			// version than the node's: the next open must drop them.
@@ -133,6 +153,21 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		n.fsys.stats.BytesRead.Add(int64(k))
 		return res, 0
 	}
+}
+
+// shortOfKernel refuses an answer of k bytes at off to a READ of asked
+// that ends before the size the kernel has for the file: the content is
+// another version than the one it was told of. Answered short, the
+// kernel would take the new end, unless attributes changed while the
+// READ ran, when it pads the answer with zeros up to the old size: bytes
+// of no version. The reader gets ESTALE, and the kernel asks for the
+// size before the next read.
+func (n *fileNode) shortOfKernel(off int64, k, asked int) syscall.Errno {
+	if k >= asked || off+int64(k) >= n.kernelSize {
+		return 0
+	}
+	n.NotifyContent(-1, 0) // the attributes only: no page lock taken
+	return syscall.ESTALE
 }
 
 // repin moves the pin of a handle that has not read a byte yet, or whose
@@ -173,11 +208,14 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			return 0, toErrno(err)
 		}
 	}
-	if h.append {
+	kernelOff := off // where the kernel puts the write in its pages
+	if h.append && off != n.size() {
 		// The kernel puts an O_APPEND write at the end it knows, which
 		// another writer may have moved since: the end is the one of
 		// the content here, loaded from the version the store holds.
+		// The kernel's pages and size are wrong from here on.
 		off = n.size()
+		n.dropKernelCacheLater()
 	}
 	if n.stream != nil && off != n.stream.size {
 		if err := n.toStaging(ctx); err != nil {
@@ -207,6 +245,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	n.dirty, n.failureTold = true, false
 	n.cachedETag = ""
+	n.kernelSize = max(n.kernelSize, kernelOff+int64(len(data)))
 	n.fsys.stats.BytesWritten.Add(int64(len(data)))
 	return uint32(len(data)), 0
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,13 +20,16 @@ import (
 
 var binary string
 
+// buildFlags build binary: with -race when the tests run with it.
+var buildFlags []string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "objfuse-mount-test-")
 	if err != nil {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "objfuse-mount")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", slices.Concat([]string{"build"}, buildFlags, []string{"-o", binary, "."})...).CombinedOutput(); err != nil {
 		panic(string(out))
 	}
 	code := m.Run()

@@ -239,6 +239,12 @@ func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (i
 		}
 	}
 	body, _, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	if etag != store.AnyVersion && minio.ToErrorResponse(err).Code == "InvalidRange" {
+		// Callers ask for ranges within the version they name: one past
+		// the object's end means it is another, shorter version (MinIO
+		// checks the range before If-Match).
+		return nil, fmt.Errorf("get %q of version %s: the object is shorter than that version: %w", key, etag, store.ErrChanged)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", key, s.fail(err))
 	}

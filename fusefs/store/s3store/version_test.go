@@ -216,3 +216,29 @@ func putIfMatchWhoseReplyWasLost(t *testing.T, st *s3store.Store, size int, lost
 		t.Fatalf("put on a replaced version: %v, want ErrChanged", err)
 	}
 }
+
+// A ranged GET of a version, past the end of the shorter version that
+// replaced it, is refused as a changed object, not as a bad range: the
+// range was right for the version asked for.
+func TestRangePastAShorterVersionIsAChange(t *testing.T) {
+	for name, start := range servers {
+		t.Run(name, func(t *testing.T) {
+			cfg, bucket := start(t)
+			st, err := s3store.New(cfg, bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v1, v2 := bytes.Repeat([]byte("1"), 100), []byte("2")
+			o1, err := st.Put(t.Context(), "obj", bytes.NewReader(v1), int64(len(v1)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Put(t.Context(), "obj", bytes.NewReader(v2), int64(len(v2)), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Get(t.Context(), "obj", o1.ETag, 50, 10); !errors.Is(err, store.ErrChanged) {
+				t.Fatalf("get of v1's bytes 50-59 once v2 (1 byte) replaced it: %v, want ErrChanged", err)
+			}
+		})
+	}
+}
