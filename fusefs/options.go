@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/objfuse/objfuse/fusefs/limits"
 )
 
 // Options tune a mounted filesystem. The zero value of every field means
@@ -73,7 +75,7 @@ type waits struct {
 }
 
 // DefaultStagingLimit is StagingLimit when none is given.
-const DefaultStagingLimit = 10 << 30
+const DefaultStagingLimit = limits.DefaultStagingLimit
 
 // WithDefaults returns o with every unset field set to its default.
 func (o Options) WithDefaults() Options {

@@ -205,7 +205,7 @@ func run(args []string, stderr io.Writer) int {
 	case o.probe != "":
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		if err := runtime.Probe(pctx, o.probe); err != nil {
+		if err := handoff.Probe(pctx, o.probe); err != nil {
 			fmt.Fprintf(stderr, "objfuse-mount: not ready: %v\n", err)
 			return 1
 		}

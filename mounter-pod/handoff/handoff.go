@@ -124,6 +124,13 @@ func Call(ctx context.Context, socket string, req Request, fd int) (Reply, error
 	return rep, nil
 }
 
+// Probe asks the mounter at socket whether it is ready: listening, and
+// serving if it was handed a handle. For the pod's readiness probe.
+func Probe(ctx context.Context, socket string) error {
+	_, err := Call(ctx, socket, Request{Op: OpStatus}, -1)
+	return err
+}
+
 // Handler answers one request; fd is the received FUSE handle or -1.
 type Handler func(req Request, fd int) Reply
 

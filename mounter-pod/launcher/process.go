@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/objfuse/objfuse/mounter-pod/runtime"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
@@ -96,7 +96,7 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 	deadline := time.Now().Add(timeout)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := runtime.Probe(pctx, socket)
+		err := handoff.Probe(pctx, socket)
 		cancel()
 		if err == nil {
 			return pr.uid, nil

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
-	"github.com/objfuse/objfuse/mounter-pod/runtime"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 	"github.com/objfuse/objfuse/test/miniotest"
@@ -55,7 +55,7 @@ func TestProcessLauncher(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := runtime.Probe(ctx, socket); err != nil {
+		if err := handoff.Probe(ctx, socket); err != nil {
 			t.Fatalf("probe: %v", err)
 		}
 		st, err := os.Stat(filepath.Join("/proc", itoa(p.PID(m))))

@@ -262,13 +262,6 @@ func writeTerminationLog(err error) {
 	}
 }
 
-// Probe asks the mounter at socket whether it is ready: listening, and
-// serving if it was handed a handle. For the pod's readiness probe.
-func Probe(ctx context.Context, socket string) error {
-	_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
-	return err
-}
-
 // wireHealth is h for a status answer; nil when nothing is wrong.
 func wireHealth(h fusefs.Health) *handoff.Health {
 	if h.Problem == nil && h.LostUploads == 0 && h.Conflicts == 0 {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/limits"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -252,7 +252,7 @@ func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (l
 		return 0, false, fmt.Errorf("%w: the mounter's %s leaves %d MiB for staging files beside readCacheMiB %d, and at least %d are needed: raise it, or set readCacheMiB to at most %d",
 			ErrUnfit, what, max(limit, 0), m.Volume.Mount.ReadCacheMiB, minStagingMiB, max(usableMiB-minStagingMiB, 0))
 	}
-	return min(limit, fusefs.DefaultStagingLimit>>20), true, nil
+	return min(limit, limits.DefaultStagingLimit>>20), true, nil
 }
 
 // ErrUnfit: the mounter template and the volume's parameters do not fit
