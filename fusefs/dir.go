@@ -241,6 +241,7 @@ func (n *dirNode) childFor(ctx context.Context, e dirEntry) *fs.Inode {
 		kind = a.mode & syscall.S_IFMT
 	}
 	if ch := n.GetChild(e.name); ch != nil && ch.StableAttr().Mode == kind {
+		n.fsys.inodes.touch(ch)
 		switch node := ch.Operations().(type) {
 		case *fileNode:
 			node.refresh(a)
@@ -269,7 +270,15 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 		// From the store, so stored: an open of it is not a local file.
 		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true}
 	}
-	return n.NewInode(ctx, node, fs.StableAttr{Mode: kind})
+	return n.adopt(ctx, node, kind)
+}
+
+// adopt makes the inode for node, a child of n's, and counts it in the
+// inode table.
+func (n *dirNode) adopt(ctx context.Context, node fs.InodeEmbedder, mode uint32) *fs.Inode {
+	ch := n.NewInode(ctx, node, fs.StableAttr{Mode: mode})
+	n.fsys.inodes.add(&n.fsys.root.Inode, ch, inUse)
+	return ch
 }
 
 func fillEntry(ctx context.Context, ch *fs.Inode, out *fuse.EntryOut) syscall.Errno {
@@ -370,7 +379,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	a := n.newAttrs(ctx, syscall.S_IFREG|mode&07777)
 	node := &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
 	node.startCreated()
-	ch := n.NewInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG})
+	ch := n.adopt(ctx, node, syscall.S_IFREG)
 	fh, fuseFlags := node.openHandle(flags)
 	a.fill(&out.Attr)
 	return ch, fh, fuseFlags, 0
@@ -396,7 +405,7 @@ func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	o.Metadata = a.metadata()
 	n.noteChild(name, &dirEntry{name: name, obj: o})
 	node := &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now(), target: target, haveTarget: true}
-	ch := n.NewInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFLNK})
+	ch := n.adopt(ctx, node, syscall.S_IFLNK)
 	a.fill(&out.Attr)
 	return ch, 0
 }

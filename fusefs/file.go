@@ -37,6 +37,8 @@ type fileNode struct {
 	// writing): it pads a READ answered short of it with zeros up to it
 	// when attributes changed while the READ ran.
 	kernelSize int64
+	// dropping: the kernel is being told to drop its pages of the file.
+	dropping bool
 	// own are the versions this mount made of the file.
 	own ownVersions
 	// replacedElsewhere counts the times a lookup or stat found the
@@ -238,7 +240,16 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 // its pages locked until it is answered.
 func (n *fileNode) dropKernelCacheLater() {
 	n.cachedETag = ""
-	go n.NotifyContent(0, 0)
+	if n.dropping {
+		return // one under way will do: it runs after this request
+	}
+	n.dropping = true
+	go func() {
+		n.NotifyContent(0, 0)
+		n.mu.Lock()
+		n.dropping = false
+		n.mu.Unlock()
+	}()
 }
 
 // loadTries bounds the loads of a local copy that find the object
@@ -251,9 +262,8 @@ func (n *fileNode) revalidateLocked(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	before := n.attr
 	n.takeAttrsLocked(n.fsys.attrsOf(o, syscall.S_IFREG))
-	if n.attr.size > before.size {
+	if n.attr.size > n.kernelSize {
 		// No reply carries these to the kernel, which goes on with the
 		// size it was told: a longer version's reads would end there.
 		// It is told to ask again (the attributes only: no page lock is

@@ -54,6 +54,9 @@ type FS struct {
 	bufOnce sync.Once
 	bufs    *buffers
 
+	// inodes keeps the inode table within Options.MaxInodes.
+	inodes *inodeTable
+
 	// cache holds ranges read at random; nil without Options.ReadCacheSize.
 	cache *readcache.Cache
 
@@ -125,6 +128,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 		}
 		f.cache = c
 	}
+	f.inodes = newInodeTable(opts.MaxInodes)
 	f.root = &dirNode{fsys: f}
 	f.root.attr = attrs{mode: syscall.S_IFDIR | uint32(opts.DirMode), uid: opts.UID, gid: opts.GID, mtime: f.mountTime}
 	f.root.hasMarker = true // the root never needs a marker to exist

@@ -30,8 +30,9 @@ type pin struct {
 	size int64
 	seen uint64 // the node's replacedElsewhere when the pin was taken
 	used bool   // a READ was answered from this version
-	// moves counts repins: a READ that ran beside one read the version
-	// the handle left, whose bytes it must not return.
+	// moves counts the pin's moves (repin, follow): a READ that ran
+	// beside one read the version the handle left, whose bytes it must
+	// not return.
 	moves uint64
 }
 
@@ -40,6 +41,9 @@ type pin struct {
 func (p *pin) follow(n *fileNode) {
 	if p.used && p.seen != n.replacedElsewhere {
 		return
+	}
+	if p.etag != n.attr.etag {
+		p.moves++ // a READ of the old one under way must not answer
 	}
 	p.etag, p.size, p.seen = n.attr.etag, n.attr.size, n.replacedElsewhere
 }
@@ -54,56 +58,44 @@ var (
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := h.node
-	n.mu.Lock()
-	if n.stream != nil && off < n.stream.size {
-		// Reading back what is being streamed: switch to a local copy.
-		if err := n.toStaging(ctx); err != nil {
-			n.mu.Unlock()
-			return nil, toErrno(err)
-		}
-	}
-	if n.local() {
-		defer n.mu.Unlock()
-		size := n.size()
-		if off >= size {
-			return fuse.ReadResultData(nil), 0
-		}
-		asked := len(dest)
-		dest = dest[:min(int64(len(dest)), size-off)]
-		if n.stream != nil {
-			return fuse.ReadResultData(nil), 0
-		}
-		k, err := n.staging.ReadAt(dest, off)
-		if err != nil {
-			return nil, syscall.EIO
-		}
-		if errno := n.shortOfKernel(off, k, asked); errno != 0 {
-			return nil, errno
-		}
-		return sliceReply(dest[:k]), 0
-	}
-	key, err := n.linkedKey()
-	n.mu.Unlock()
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	ctx, cancel := n.fsys.patient(ctx)
-	defer cancel()
+	var cancel context.CancelFunc = func() {}
+	defer func() { cancel() }()
+	patient := false
 	// The kernel sends READs of one handle side by side (readahead): a
-	// READ that lost the race with a repin reads again, at most twice, so
-	// that every byte the handle returns is of one version.
+	// READ that lost the race with a move of the pin reads again, at most
+	// twice, so that every byte the handle returns is of one version.
 	for try := 0; ; try++ {
 		n.mu.Lock()
+		if n.stream != nil && off < n.stream.size {
+			// Reading back what is being streamed: switch to a local copy.
+			if err := n.toStaging(ctx); err != nil {
+				n.mu.Unlock()
+				return nil, toErrno(err)
+			}
+		}
+		if n.local() {
+			res, errno := n.readLocalLocked(dest, off)
+			n.mu.Unlock()
+			return res, errno
+		}
+		key, err := n.linkedKey()
 		h.pin.follow(n)
 		p := h.pin
 		gone := p.used && p.seen != n.replacedElsewhere
 		n.mu.Unlock()
+		if err != nil {
+			return nil, toErrno(err)
+		}
 		if gone {
 			// The store holds another version now. Bytes of this one
 			// may still be cached (read cache, prefetch), but they would
 			// go into the page cache the inode shares with handles that
 			// read the new version.
 			return nil, syscall.ESTALE
+		}
+		if !patient {
+			ctx, cancel = n.fsys.patient(ctx) // S3 is asked from here on
+			patient = true
 		}
 		res, k, err := h.r.read(ctx, key, p.etag, p.size, dest, off)
 		if errors.Is(err, store.ErrChanged) {
@@ -124,15 +116,15 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		// this one with zeros up to that.
 		moved := h.pin.moves != p.moves
 		passed := k < len(dest) && (n.local() || p.etag != n.attr.etag)
-		if (moved || passed) && res != nil {
-			res.Done()
-		}
-		switch {
-		case (moved || passed && (n.local() || !h.pin.used)) && try < 2:
+		if moved || passed {
+			if res != nil {
+				res.Done()
+			}
+			again := moved || n.local() || !h.pin.used
 			n.mu.Unlock()
-			continue // read again: the new version, or the local content
-		case moved || passed:
-			n.mu.Unlock()
+			if again && try < 2 {
+				continue // the new version, or the local content
+			}
 			return nil, syscall.ESTALE
 		}
 		if errno := n.shortOfKernel(off, k, len(dest)); errno != 0 {
@@ -153,6 +145,28 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		n.fsys.stats.BytesRead.Add(int64(k))
 		return res, 0
 	}
+}
+
+// readLocalLocked answers a READ from the content here (a stream being
+// written answers past its end only, an empty read).
+func (n *fileNode) readLocalLocked(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	size := n.size()
+	if off >= size {
+		return fuse.ReadResultData(nil), 0
+	}
+	asked := len(dest)
+	dest = dest[:min(int64(len(dest)), size-off)]
+	if n.stream != nil {
+		return fuse.ReadResultData(nil), 0
+	}
+	k, err := n.staging.ReadAt(dest, off)
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	if errno := n.shortOfKernel(off, k, asked); errno != 0 {
+		return nil, errno
+	}
+	return sliceReply(dest[:k]), 0
 }
 
 // shortOfKernel refuses an answer of k bytes at off to a READ of asked

@@ -45,6 +45,12 @@ type Options struct {
 	// StagingLimit bounds their total size (ENOSPC beyond it).
 	StagingDir   string
 	StagingLimit int64 // default DefaultStagingLimit
+	// MaxInodes bounds the inodes the mount keeps for files, links and
+	// directories the kernel looked up (default DefaultMaxInodes): past
+	// it, those unused longest are handed back to the kernel to forget,
+	// so that walking a large tree does not grow the mounter without
+	// bound. About 1 KiB each (fusefs.TestATreeWalkKeepsTheInodeBound).
+	MaxInodes int
 	// MaxRenameObjects bounds a directory rename; beyond it rename returns
 	// EXDEV so that mv falls back to copy and delete.
 	MaxRenameObjects int
@@ -73,6 +79,9 @@ type Options struct {
 type waits struct {
 	interruptGrace, firstBufferWait, reorderWait time.Duration
 }
+
+// DefaultMaxInodes is MaxInodes when none is given: some 100 MiB.
+const DefaultMaxInodes = 100_000
 
 // DefaultStagingLimit is StagingLimit when none is given.
 const DefaultStagingLimit = limits.DefaultStagingLimit
@@ -112,6 +121,9 @@ func (o Options) WithDefaults() Options {
 	if o.MaxRenameObjects == 0 {
 		o.MaxRenameObjects = 10000
 	}
+	if o.MaxInodes == 0 {
+		o.MaxInodes = DefaultMaxInodes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -146,6 +158,9 @@ func (o Options) Validate() error {
 	}
 	if o.FileMode&^os.ModePerm != 0 || o.DirMode&^os.ModePerm != 0 {
 		return fmt.Errorf("file and dir modes must be permission bits only")
+	}
+	if o.MaxInodes < 0 {
+		return fmt.Errorf("MaxInodes %d: want a count, or 0 for the default", o.MaxInodes)
 	}
 	if o.ReadCacheSize < 0 {
 		return fmt.Errorf("read cache size must not be negative")

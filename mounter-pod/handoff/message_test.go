@@ -143,6 +143,9 @@ func FuzzReadReply(f *testing.F) {
 			return
 		}
 		again, _ := json.Marshal(rep)
+		if len(again) > maxReply {
+			return // longer re-encoded (json escapes <, >, &): not the property
+		}
 		back, err := readReply(bytes.NewReader(again))
 		if err != nil {
 			t.Fatalf("%q read as %+v, which does not read back: %v", body, rep, err)

@@ -105,7 +105,7 @@ func (s *Store) putOneIf(ctx context.Context, key, etag string, r io.Reader, siz
 			switch {
 			case ok:
 				info, err = done, nil
-			case serr != nil:
+			case serr != nil && errors.Is(mapErr(serr), store.ErrUnavailable):
 				return s.fail(serr) // try again: it may be this PUT's
 			}
 		}
