@@ -136,8 +136,8 @@ type sharing struct {
 	// missingDir counts creates that found the renamed directory missing
 	// under its current name (see dirWriter).
 	missingDir atomic.Int64
-	dir       atomic.Int32 // index in dirNames of the directory's name
-	counter   atomic.Int64
+	dir        atomic.Int32 // index in dirNames of the directory's name
+	counter    atomic.Int64
 }
 
 func newSharing(t *testing.T, cfg s3store.Config, bucket string, seed int64) *sharing {
