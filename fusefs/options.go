@@ -49,7 +49,8 @@ type Options struct {
 	// directories the kernel looked up (default DefaultMaxInodes): past
 	// it, those unused longest are handed back to the kernel to forget,
 	// so that walking a large tree does not grow the mounter without
-	// bound. About 1 KiB each (fusefs.TestATreeWalkKeepsTheInodeBound).
+	// bound. About 1 KiB each (TestATreeWalkKeepsTheInodeBound: a walk
+	// of 1,000,000 entries with 10,000 held grew the heap by 29 MiB).
 	MaxInodes int
 	// MaxRenameObjects bounds a directory rename; beyond it rename returns
 	// EXDEV so that mv falls back to copy and delete.

@@ -99,6 +99,7 @@ Flags:
 	memMiB := fl.Int64("memory-limit-mib", 64, "bound on memory for written data not yet uploaded and for readahead, in MiB (beyond it, writes wait for uploads or go to staging files)")
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", fusefs.DefaultStagingLimit>>20, "bound on the staging directory's use, in MiB")
+	fl.IntVar(&c.FS.MaxInodes, "max-inodes", fusefs.DefaultMaxInodes, "files and directories the mount keeps track of at most (about 1 KiB each); past it, those the kernel has not used longest are handed back to it to forget")
 	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
 	cacheMiB := fl.Int64("read-cache-mib", 0, "keep up to this many MiB of randomly read ranges in local files, so reading them again needs no GET (0: no cache)")
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
