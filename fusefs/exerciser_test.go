@@ -25,6 +25,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/test/seeds"
 )
 
 // TestRandomOpsMatchALocalFilesystem is a differential exerciser, in the
@@ -39,7 +40,7 @@ import (
 // OBJFUSE_EXERCISE_SEEDS (e.g. "1-200") and OBJFUSE_EXERCISE_OPS run
 // longer searches; a failure names its seed and the ops that led to it.
 func TestRandomOpsMatchALocalFilesystem(t *testing.T) {
-	seeds, ops := exerciseSettings(t)
+	seedList, ops := exerciseSettings(t)
 	modes := []struct {
 		name string
 		opts fusefs.Options
@@ -52,7 +53,7 @@ func TestRandomOpsMatchALocalFilesystem(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			for _, m := range modes {
 				t.Run(m.name, func(t *testing.T) {
-					for _, seed := range seeds {
+					for _, seed := range seedList {
 						t.Run("seed "+strconv.FormatInt(seed, 10), func(t *testing.T) {
 							st := b.fresh(t)
 							newExerciser(t, st, m.opts, seed, mountFS(t, st, m.opts), "", nil).run(ops)
@@ -64,31 +65,8 @@ func TestRandomOpsMatchALocalFilesystem(t *testing.T) {
 	}
 }
 
-func exerciseSettings(t *testing.T) (seeds []int64, ops int) {
-	seeds, ops = []int64{1, 2, 3}, 150
-	if s := os.Getenv("OBJFUSE_EXERCISE_SEEDS"); s != "" {
-		lo, hi, found := strings.Cut(s, "-")
-		first, err1 := strconv.ParseInt(lo, 10, 64)
-		last, err2 := first, error(nil)
-		if found {
-			last, err2 = strconv.ParseInt(hi, 10, 64)
-		}
-		if err1 != nil || err2 != nil || last < first {
-			t.Fatalf("OBJFUSE_EXERCISE_SEEDS=%q: want N or N-M", s)
-		}
-		seeds = nil
-		for s := first; s <= last; s++ {
-			seeds = append(seeds, s)
-		}
-	}
-	if s := os.Getenv("OBJFUSE_EXERCISE_OPS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			t.Fatalf("OBJFUSE_EXERCISE_OPS=%q: want a positive count", s)
-		}
-		ops = n
-	}
-	return seeds, ops
+func exerciseSettings(t *testing.T) ([]int64, int) {
+	return seeds.FromEnv(t, "OBJFUSE_EXERCISE_SEEDS", []int64{1, 2, 3}), seeds.CountFromEnv(t, "OBJFUSE_EXERCISE_OPS", 150)
 }
 
 // exerciseNames are the files the exerciser plays with: few enough that
@@ -138,7 +116,7 @@ type exerciser struct {
 // parallel) under load, every one still checked against its local twin.
 // With -race, as CI runs it, it also looks for data races.
 func TestConcurrentExercisersShareAMount(t *testing.T) {
-	seeds, ops := exerciseSettings(t)
+	seedList, ops := exerciseSettings(t)
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			for _, opts := range []fusefs.Options{{}, {AsyncClose: true}} {
@@ -146,10 +124,10 @@ func TestConcurrentExercisersShareAMount(t *testing.T) {
 					st := b.fresh(t)
 					mnt := mountFS(t, st, opts)
 					var subs []string
-					for i := range seeds {
+					for i := range seedList {
 						subs = append(subs, fmt.Sprintf("w%d", i))
 					}
-					for i, seed := range seeds {
+					for i, seed := range seedList {
 						t.Run(subs[i], func(t *testing.T) {
 							t.Parallel()
 							newExerciser(t, st, opts, seed, mnt, subs[i], subs).run(ops)

@@ -23,6 +23,7 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/test/seeds"
 	"github.com/objfuse/objfuse/test/versitytest"
 )
 
@@ -48,7 +49,7 @@ import (
 // OBJFUSE_SHARED_SEEDS (e.g. "1-200") and OBJFUSE_SHARED_OPS (per seed)
 // run longer searches; a failure names its server and seed.
 func TestTwoMountsShareABucket(t *testing.T) {
-	seeds, ops := sharedSettings(t)
+	seedList, ops := sharedSettings(t)
 	servers := []struct {
 		name  string
 		start func(t *testing.T) (s3store.Config, func(testing.TB) string)
@@ -57,7 +58,7 @@ func TestTwoMountsShareABucket(t *testing.T) {
 		{"minio", func(t *testing.T) (s3store.Config, func(testing.TB) string) {
 			srv := miniotest.Start(t)
 			return srv.Config(), srv.NewBucket
-		}, seeds},
+		}, seedList},
 		// The AWS-like server: conditional writes as AWS S3 has them.
 		{"versitygw", func(t *testing.T) (s3store.Config, func(testing.TB) string) {
 			srv, stop, err := versitytest.StartShared()
@@ -66,7 +67,7 @@ func TestTwoMountsShareABucket(t *testing.T) {
 			}
 			t.Cleanup(stop)
 			return srv.Config(), srv.NewBucket
-		}, seeds[:max(1, len(seeds)/2)]},
+		}, seedList[:max(1, len(seedList)/2)]},
 	}
 	for _, s := range servers {
 		t.Run(s.name, func(t *testing.T) {
@@ -80,31 +81,8 @@ func TestTwoMountsShareABucket(t *testing.T) {
 	}
 }
 
-func sharedSettings(t *testing.T) (seeds []int64, ops int) {
-	seeds, ops = []int64{1, 2}, 300
-	if s := os.Getenv("OBJFUSE_SHARED_SEEDS"); s != "" {
-		lo, hi, found := strings.Cut(s, "-")
-		first, err1 := strconv.ParseInt(lo, 10, 64)
-		last, err2 := first, error(nil)
-		if found {
-			last, err2 = strconv.ParseInt(hi, 10, 64)
-		}
-		if err1 != nil || err2 != nil || last < first {
-			t.Fatalf("OBJFUSE_SHARED_SEEDS=%q: want N or N-M", s)
-		}
-		seeds = nil
-		for s := first; s <= last; s++ {
-			seeds = append(seeds, s)
-		}
-	}
-	if s := os.Getenv("OBJFUSE_SHARED_OPS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("OBJFUSE_SHARED_OPS=%q: want a count", s)
-		}
-		ops = n
-	}
-	return seeds, ops
+func sharedSettings(t *testing.T) ([]int64, int) {
+	return seeds.FromEnv(t, "OBJFUSE_SHARED_SEEDS", []int64{1, 2}), seeds.CountFromEnv(t, "OBJFUSE_SHARED_OPS", 300)
 }
 
 const (
