@@ -23,23 +23,8 @@ import (
 func TestGetOfAReplacedVersionIsRefused(t *testing.T) {
 	for name, start := range servers {
 		t.Run(name, func(t *testing.T) {
-			cfg, bucket := start(t)
-			st, err := s3store.New(cfg, bucket)
-			if err != nil {
-				t.Fatal(err)
-			}
 			v1, v2 := bytes.Repeat([]byte("1"), 100), bytes.Repeat([]byte("2"), 100)
-			o1, err := st.Put(t.Context(), "obj", bytes.NewReader(v1), int64(len(v1)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o2, err := st.Put(t.Context(), "obj", bytes.NewReader(v2), int64(len(v2)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if o1.ETag == "" || o1.ETag == o2.ETag {
-				t.Fatalf("ETags %q and %q: the test needs two", o1.ETag, o2.ETag)
-			}
+			st, o1, o2 := replaced(t, start, v1, v2)
 			for _, r := range []struct{ off, n int64 }{{10, 20}, {0, 20}, {0, -1}} {
 				if body, err := st.Get(t.Context(), "obj", o1.ETag, r.off, r.n); !errors.Is(err, store.ErrChanged) {
 					if err == nil {
@@ -223,22 +208,31 @@ func putIfMatchWhoseReplyWasLost(t *testing.T, st *s3store.Store, size int, lost
 func TestRangePastAShorterVersionIsAChange(t *testing.T) {
 	for name, start := range servers {
 		t.Run(name, func(t *testing.T) {
-			cfg, bucket := start(t)
-			st, err := s3store.New(cfg, bucket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v1, v2 := bytes.Repeat([]byte("1"), 100), []byte("2")
-			o1, err := st.Put(t.Context(), "obj", bytes.NewReader(v1), int64(len(v1)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.Put(t.Context(), "obj", bytes.NewReader(v2), int64(len(v2)), nil); err != nil {
-				t.Fatal(err)
-			}
+			st, o1, _ := replaced(t, start, bytes.Repeat([]byte("1"), 100), []byte("2"))
 			if _, err := st.Get(t.Context(), "obj", o1.ETag, 50, 10); !errors.Is(err, store.ErrChanged) {
 				t.Fatalf("get of v1's bytes 50-59 once v2 (1 byte) replaced it: %v, want ErrChanged", err)
 			}
 		})
 	}
+}
+
+// replaced puts v1, then v2, as "obj" on a new store of the server start
+// gives, and returns the store and both versions.
+func replaced(t *testing.T, start func(t *testing.T) (s3store.Config, string), v1, v2 []byte) (*s3store.Store, store.Object, store.Object) {
+	t.Helper()
+	cfg, bucket := start(t)
+	st, err := s3store.New(cfg, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o [2]store.Object
+	for i, v := range [][]byte{v1, v2} {
+		if o[i], err = st.Put(t.Context(), "obj", bytes.NewReader(v), int64(len(v)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o[0].ETag == "" || o[0].ETag == o[1].ETag {
+		t.Fatalf("ETags %q and %q: the test needs two", o[0].ETag, o[1].ETag)
+	}
+	return st, o[0], o[1]
 }
