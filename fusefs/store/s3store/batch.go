@@ -346,10 +346,15 @@ func (b *batcher) checkExtracted(ctx context.Context, first *batchItem, key stri
 const probeTimeout = time.Minute
 
 // dropProbe deletes a batch's probe object, if the server stored one.
+// Its failure is not news for Health: the batch's own was noted, and
+// this cleanup, running after the caller went on, would otherwise
+// report a deleted bucket after a request that worked since (a bucket
+// made again) had cleared it.
 func (b *batcher) dropProbe(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	if err := b.s.Delete(ctx, key); err != nil {
+	err := b.s.client.RemoveObject(ctx, b.s.bucket, key, minio.RemoveObjectOptions{})
+	if err != nil && !errors.Is(mapErr(err), store.ErrNotExist) {
 		b.s.cfg.logger().Warn("could not delete a batch's probe object", "key", key, "err", err)
 	}
 }
