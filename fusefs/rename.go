@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -239,8 +240,8 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		// The copies are this mount's versions of the files it knows.
 		walkFiles(ch, func(f *fileNode) { f.own.note(copied[n.fsys.keyOf(&f.Inode)]) })
 	}
-	if err := n.fsys.parallel(keys, func(k string) error { return n.fsys.store.Delete(ctx, k) }); err != nil {
-		return errno(err)
+	if errno := n.fsys.deleteTree(ctx, keys, markers); errno != 0 {
+		return errno
 	}
 	if ch := n.GetChild(name); ch != nil {
 		if d, ok := ch.Operations().(*dirNode); ok {
@@ -308,4 +309,31 @@ func (f *FS) parallel(keys []string, fn func(string) error) error {
 	close(work)
 	wg.Wait()
 	return first
+}
+
+// deleteTree deletes keys: the files first, side by side, then the
+// directory markers among them, deepest first. A server that keeps
+// objects as files (versitygw) keeps a directory whose marker went
+// while files were still in it (it could not remove it), and a stat of
+// the old name found it after the rename; and a rename cut short leaves
+// directories that still say what they hold, not files without them.
+func (f *FS) deleteTree(ctx context.Context, keys []string, markers map[string]store.Object) syscall.Errno {
+	var files, dirs []string
+	for _, k := range keys {
+		if _, ok := markers[k]; ok {
+			dirs = append(dirs, k)
+		} else {
+			files = append(files, k)
+		}
+	}
+	if err := f.parallel(files, func(k string) error { return f.store.Delete(ctx, k) }); err != nil {
+		return errno(err)
+	}
+	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, k := range dirs {
+		if err := f.store.Delete(ctx, k); err != nil {
+			return errno(err)
+		}
+	}
+	return 0
 }
