@@ -115,6 +115,7 @@ type Driver struct {
 	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
 	abnormalMu sync.Mutex
 	abnormal   map[string]string // volume id → why
+	pending    map[string]string // volume id → what waits for its upload (pendingNote)
 	hangs      map[string]int    // volume id → checks in a row it hung (reconcile loop only)
 	// healthNotes: what the node last told each volume's pods about its
 	// mounter's health (reconcile loop only).
@@ -175,7 +176,7 @@ func New(opts Options) (*Driver, error) {
 			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
 		}
 	}
-	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, pending: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
 	d.syncProblems = map[string]string{}
 	if opts.KubeClient != nil && opts.serves(ModeController) {
 		d.recorder = newRecorder(opts.KubeClient, opts.Name, "")

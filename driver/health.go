@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,10 +94,11 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		lost = h.LostUploads
 	}
 	if lost > 0 {
-		d.log.Error("uploads no writer waited for failed", "volume", st.VolumeID, "files", lost, "latest", h.LastLostUpload)
+		names := lostNames(h, lost)
+		d.log.Error("uploads no writer waited for failed", "volume", st.VolumeID, "files", lost, "names", names, "latest", h.LastLostUpload)
 		if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
-			"%d file(s) of volume %s were closed (asyncClose) or written through a memory mapping, but could not be uploaded to S3: their data is not stored. The latest: %s. The next fsync or close of one closed asynchronously fails with EIO; write them again once S3 accepts the requests.",
-			lost, st.VolumeID, h.LastLostUpload)) != nil {
+			"%d file(s) of volume %s were closed (asyncClose) or written through a memory mapping, but could not be uploaded to S3: their data is not stored. The files: %s. The latest failure: %s. The next fsync or close of one closed asynchronously fails with EIO; write them again once S3 accepts the requests.",
+			lost, st.VolumeID, names, h.LastLostUpload)) != nil {
 			return // told on a later check
 		}
 	}
@@ -107,6 +109,29 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 			d.log.Error("save state", "volume", st.VolumeID, "err", err)
 		}
 	}
+}
+
+// lostNames lists the keys of the latest lost uploads, of which there
+// are the mounter's last few.
+func lostNames(h handoff.Health, lost int64) string {
+	named := h.LostFiles[max(0, len(h.LostFiles)-int(min(lost, int64(len(h.LostFiles))))):]
+	list := strings.Join(named, ", ")
+	if more := lost - int64(len(named)); more > 0 {
+		list += fmt.Sprintf(" and %d more (the mounter's log names every one)", more)
+	}
+	if len(named) == 0 {
+		list = "not named (an older mounter)"
+	}
+	return list
+}
+
+// pendingNote says what waits for its upload on the volume's mounter,
+// for NodeGetVolumeStats: "" for nothing.
+func pendingNote(h handoff.Health) string {
+	if h.PendingUploads == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d file(s) (%d bytes) closed asynchronously wait for their upload to S3 in the mounter's journal", h.PendingUploads, h.PendingBytes)
 }
 
 // untoldOf are the targets not in told.

@@ -327,12 +327,16 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return abnormal(fmt.Sprintf("the mount does not answer: %v (the node plugin repairs it once its mounter is back)", err)), nil
 	}
 	bs := int64(fs.Bsize)
+	condition := "mounted and answering"
+	if note := d.pendingNote(req.GetVolumeId()); note != "" {
+		condition += "; " + note
+	}
 	return &csi.NodeGetVolumeStatsResponse{
 		Usage: []*csi.VolumeUsage{
 			{Unit: csi.VolumeUsage_BYTES, Total: int64(fs.Blocks) * bs, Available: int64(fs.Bavail) * bs, Used: int64(fs.Blocks-fs.Bfree) * bs},
 			{Unit: csi.VolumeUsage_INODES, Total: int64(fs.Files), Available: int64(fs.Ffree), Used: int64(fs.Files - fs.Ffree)},
 		},
-		VolumeCondition: &csi.VolumeCondition{Abnormal: false, Message: "mounted and answering"},
+		VolumeCondition: &csi.VolumeCondition{Abnormal: false, Message: condition},
 	}, nil
 }
 

@@ -111,6 +111,7 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		// Abnormal first, then the Events: whoever hears of a problem
 		// finds the volume's condition saying so too.
 		d.setAbnormal(volumeID, abnormalReason(volumeID, h))
+		d.setPending(volumeID, pendingNote(h))
 		d.noteHealth(ctx, st, h)
 		return
 	}

@@ -97,6 +97,24 @@ func (d *Driver) setAbnormal(volumeID, why string) {
 	d.metrics.abnormal.Set(float64(len(d.abnormal)))
 }
 
+// setPending keeps what waits for its upload on the volume's mounter,
+// for NodeGetVolumeStats.
+func (d *Driver) setPending(volumeID, note string) {
+	d.abnormalMu.Lock()
+	defer d.abnormalMu.Unlock()
+	if note == "" {
+		delete(d.pending, volumeID)
+	} else {
+		d.pending[volumeID] = note
+	}
+}
+
+func (d *Driver) pendingNote(volumeID string) string {
+	d.abnormalMu.Lock()
+	defer d.abnormalMu.Unlock()
+	return d.pending[volumeID]
+}
+
 func (d *Driver) abnormalReason(volumeID string) string {
 	d.abnormalMu.Lock()
 	defer d.abnormalMu.Unlock()

@@ -529,6 +529,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		return syscall.EIO
 	}
 	n.fsys.stats.Uploads.Add(1)
+	n.settleJournalLocked()
 	n.own.note(a.etag)
 	n.attr, n.attrAt = a, time.Now()
 	n.stored, n.dirty, n.mtimeSet, n.closedAsync = true, false, false, false
@@ -548,6 +549,12 @@ func (n *fileNode) release(writable bool) {
 	if n.opens > 0 {
 		return
 	}
+	n.uploadLeftLocked()
+}
+
+// uploadLeftLocked uploads what the last close left, if anything, and
+// drops the local content.
+func (n *fileNode) uploadLeftLocked() {
 	switch {
 	case n.dirty && n.err == nil && !n.unlinked:
 		// With AsyncClose this is the upload close(2) did not wait for
@@ -565,6 +572,7 @@ func (n *fileNode) release(writable bool) {
 				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
 			}
 			n.reportLost(n.uploadErr) // unless syncLocked did, or it was told
+			n.leaveJournaledLocked()
 		}
 		cancel()
 	case n.dirty && n.err != nil && n.closedAsync:
@@ -583,7 +591,7 @@ func (n *fileNode) release(writable bool) {
 func (n *fileNode) reportLost(err error) {
 	if n.closedAsync {
 		n.closedAsync = false
-		n.fsys.noteLostUpload(err)
+		n.fsys.noteLostUpload(n.key(), err)
 	}
 }
 
@@ -613,6 +621,7 @@ func (n *fileNode) keepForUnlink(ctx context.Context) {
 func (n *fileNode) markUnlinked() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.settleJournalLocked()
 	if n.opens == 0 {
 		n.dropLocal()
 	}

@@ -45,6 +45,9 @@ type FS struct {
 	memoryStalled  atomic.Bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
+	// journal keeps files closed asynchronously until their upload; nil
+	// without AsyncClose.
+	journal *journal
 	// prefetchStalls counts the times an open directory's HEADs reached
 	// metaLookahead and waited for lookups (a test's view of the bound).
 	prefetchStalls atomic.Int64
@@ -68,6 +71,9 @@ type FS struct {
 	// lostUpload describes the latest failed upload no writer waited for
 	// (Health).
 	lostUpload atomic.Pointer[string]
+	// lostFiles are the keys of the latest lost uploads (Health).
+	lostMu    sync.Mutex
+	lostFiles []string
 	// lastConflict describes the latest change kept under a conflict
 	// name (Health).
 	lastConflict atomic.Pointer[string]
@@ -105,6 +111,12 @@ type Stats struct {
 	// MemorySpills are files continued in a staging file because the
 	// memory limit had no room for their written data.
 	MemorySpills atomic.Int64
+	// PendingUploads and PendingBytes are the files closed asynchronously
+	// whose upload has not succeeded yet, and their size (gauges): they
+	// are in the journal, and a successor uploads them should this
+	// process die.
+	PendingUploads atomic.Int64
+	PendingBytes   atomic.Int64
 }
 
 // New returns a filesystem over st. Mount it with Mount or serve its Root
@@ -128,6 +140,14 @@ func New(st store.Store, opts Options) (*FS, error) {
 		}
 		f.cache = c
 	}
+	if opts.AsyncClose {
+		j, err := openJournal(opts.JournalDir, &f.stats)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.journal = j
+	}
 	f.inodes = newInodeTable(opts.MaxInodes)
 	f.root = &dirNode{fsys: f}
 	f.root.attr = attrs{mode: syscall.S_IFDIR | uint32(opts.DirMode), uid: opts.UID, gid: opts.GID, mtime: f.mountTime}
@@ -136,8 +156,11 @@ func New(st store.Store, opts Options) (*FS, error) {
 }
 
 // Close frees what the filesystem holds outside memory (the read
-// cache's files). Call it once the mount is gone.
+// cache's files, the journal's lock). Call it once the mount is gone.
 func (f *FS) Close() error {
+	if f.journal != nil {
+		f.journal.close()
+	}
 	if f.cache != nil {
 		return f.cache.Close()
 	}

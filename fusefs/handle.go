@@ -296,6 +296,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if h.node.fsys.asyncClose() {
 		// The upload happens on RELEASE, which the kernel sends after
 		// close(2) has returned; only an earlier failure is reported now.
+		// The content waits in the journal, which outlives the process.
 		n := h.node
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -304,6 +305,14 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 			return syscall.EIO
 		}
 		if n.dirty && !n.unlinked {
+			if err := n.journalLocked(ctx); err != nil {
+				if !errors.Is(err, errCloseWaits) {
+					n.fsys.opts.Logger.Warn("cannot journal a file closed asynchronously; the close waits for its upload", "key", n.key(), "err", err)
+				}
+				e := n.syncLocked(ctx)
+				n.failureTold = e != 0
+				return e
+			}
 			n.closedAsync = true
 		}
 		return 0

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"slices"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -24,6 +25,16 @@ type Health struct {
 	LostUploads int64
 	// LastLostUpload names the latest of them and why it failed.
 	LastLostUpload string
+	// LostFiles are the keys of the latest MaxNamed of them, oldest
+	// first: the files a person must write again.
+	LostFiles []string
+	// PendingUploads are files closed asynchronously whose upload has not
+	// succeeded yet, PendingBytes their size, and PendingFiles the first
+	// MaxNamed of their keys, sorted: what is lost should the journal
+	// go before they are uploaded (the mounter pod deleted).
+	PendingUploads int64
+	PendingBytes   int64
+	PendingFiles   []string
 	// Conflicts counts changes to files that another writer replaced
 	// meanwhile: each was kept under a conflict name, and its writer's
 	// close or fsync failed (with asyncClose, no writer may have heard).
@@ -43,6 +54,13 @@ func (f *FS) Health() Health {
 	if p := f.lostUpload.Load(); p != nil {
 		h.LastLostUpload = *p
 	}
+	f.lostMu.Lock()
+	h.LostFiles = slices.Clone(f.lostFiles)
+	f.lostMu.Unlock()
+	h.PendingUploads, h.PendingBytes = f.stats.PendingUploads.Load(), f.stats.PendingBytes.Load()
+	if f.journal != nil {
+		h.PendingFiles = f.journal.pendingKeys(MaxNamed)
+	}
 	h.Conflicts = f.stats.Conflicts.Load()
 	if p := f.lastConflict.Load(); p != nil {
 		h.LastConflict = *p
@@ -50,10 +68,19 @@ func (f *FS) Health() Health {
 	return h
 }
 
-// noteLostUpload counts a lost upload; err names its key.
-func (f *FS) noteLostUpload(err error) {
+// MaxNamed bounds the keys Health lists of lost and of pending files.
+const MaxNamed = 20
+
+// noteLostUpload counts the lost upload of key; err says why.
+func (f *FS) noteLostUpload(key string, err error) {
 	msg := err.Error()
 	f.lostUpload.Store(&msg)
+	f.lostMu.Lock()
+	f.lostFiles = append(f.lostFiles, key)
+	if len(f.lostFiles) > MaxNamed {
+		f.lostFiles = slices.Delete(f.lostFiles, 0, len(f.lostFiles)-MaxNamed)
+	}
+	f.lostMu.Unlock()
 	f.stats.AsyncUploadErrors.Add(1)
 }
 

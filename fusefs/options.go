@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -58,8 +59,14 @@ type Options struct {
 	// AsyncClose makes close(2) return before the upload: the file goes up
 	// right after, fsync still waits for it, and a failure surfaces on the
 	// next close or fsync of that file and in a metric. For small-file
-	// workloads that accept that trade.
+	// workloads that accept that trade. What a close acknowledged waits in
+	// the journal at JournalDir, which outlives the process: the next
+	// mount of the same journal uploads it. A file already streaming in
+	// parts (larger than PartSize) is uploaded before close returns.
 	AsyncClose bool
+	// JournalDir is the journal's directory (default: objfuse-journal in
+	// StagingDir). One mount at a time may use it.
+	JournalDir string
 	// ReadCacheSize, when above zero, keeps ranges read at random (not
 	// sequential readahead) in local files under ReadCacheDir (default
 	// StagingDir), up to this many bytes, so that reading them again,
@@ -115,6 +122,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.ReadCacheDir == "" {
 		o.ReadCacheDir = o.StagingDir
+	}
+	if o.JournalDir == "" {
+		o.JournalDir = filepath.Join(o.StagingDir, "objfuse-journal")
 	}
 	if o.StagingLimit == 0 {
 		o.StagingLimit = DefaultStagingLimit

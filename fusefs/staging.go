@@ -11,14 +11,24 @@ import (
 // stagingFile is a local copy of a whole file, used where S3 cannot take
 // the writes as they come: random writes, overwrites, appends, truncates.
 // The file is unlinked as soon as it is created, so a crash leaves no
-// litter; its size counts against the mount's staging limit.
+// litter, unless the mount has a journal: then it is a data file there,
+// named by id, so that it can be journaled in place (journal.go). Its
+// size counts against the mount's staging limit.
 type stagingFile struct {
 	fsys     *FS
 	f        *os.File
 	reserved int64
+	id       string // its name in the journal, "" for none
 }
 
 func (f *FS) newStaging() (*stagingFile, error) {
+	if f.journal != nil {
+		file, id, err := f.journal.newData()
+		if err != nil {
+			return nil, err
+		}
+		return &stagingFile{fsys: f, f: file, id: id}, nil
+	}
 	if err := os.MkdirAll(f.opts.StagingDir, 0o700); err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
@@ -71,6 +81,18 @@ func (s *stagingFile) Close() {
 	s.f.Close()
 	s.fsys.staged.Add(-s.reserved)
 	s.reserved = 0
+	if s.id != "" {
+		s.fsys.journal.removeData(s.id)
+	}
+}
+
+// size is the file's length now.
+func (s *stagingFile) size() (int64, error) {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
 }
 
 // loadStaging copies the size bytes of version etag of key into a new

@@ -71,6 +71,14 @@ type Health struct {
 	// S3; LastLostUpload names the latest and why.
 	LostUploads    int64  `json:"lostUploads,omitempty"`
 	LastLostUpload string `json:"lastLostUpload,omitempty"`
+	// LostFiles are the keys of the latest lost uploads, oldest first.
+	LostFiles []string `json:"lostFiles,omitempty"`
+	// PendingUploads are files closed asynchronously not uploaded yet
+	// (kept in the journal on the mounter's staging volume), PendingBytes
+	// their size, PendingFiles some of their keys, sorted.
+	PendingUploads int64    `json:"pendingUploads,omitempty"`
+	PendingBytes   int64    `json:"pendingBytes,omitempty"`
+	PendingFiles   []string `json:"pendingFiles,omitempty"`
 	// Conflicts counts changes to files another writer replaced
 	// meanwhile, kept under a conflict name; LastConflict names the
 	// latest file and where its change is.

@@ -6,8 +6,11 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -84,5 +87,17 @@ func (c Config) Open(ctx context.Context) (*fusefs.FS, error) {
 	opts := c.FS
 	opts.Prefix = c.Prefix
 	opts.Logger = c.Logger
+	if opts.JournalDir == "" {
+		opts.JournalDir = filepath.Join(opts.WithDefaults().StagingDir, c.journalName())
+	}
 	return fusefs.New(st, opts)
+}
+
+// journalName names the journal of files closed asynchronously after
+// what the mount serves: a mount started again on the same staging
+// directory uploads what its predecessor left, and mounts of other
+// buckets beside it keep to their own.
+func (c Config) journalName() string {
+	sum := sha256.Sum256([]byte(c.S3.Endpoint + "\n" + c.Bucket + "\n" + c.Prefix))
+	return "objfuse-journal-" + hex.EncodeToString(sum[:8])
 }

@@ -264,10 +264,12 @@ func writeTerminationLog(err error) {
 
 // wireHealth is h for a status answer; nil when nothing is wrong.
 func wireHealth(h fusefs.Health) *handoff.Health {
-	if h.Problem == nil && h.LostUploads == 0 && h.Conflicts == 0 {
+	if h.Problem == nil && h.LostUploads == 0 && h.Conflicts == 0 && h.PendingUploads == 0 {
 		return nil
 	}
-	w := &handoff.Health{LostUploads: h.LostUploads, LastLostUpload: h.LastLostUpload, Conflicts: h.Conflicts, LastConflict: h.LastConflict}
+	w := &handoff.Health{LostUploads: h.LostUploads, LastLostUpload: h.LastLostUpload, LostFiles: h.LostFiles,
+		PendingUploads: h.PendingUploads, PendingBytes: h.PendingBytes, PendingFiles: h.PendingFiles,
+		Conflicts: h.Conflicts, LastConflict: h.LastConflict}
 	if h.Problem != nil {
 		w.Problem, w.ProblemKind, w.ProblemSince = h.Problem.Error(), problemKind(h.Problem), h.ProblemSince
 	}

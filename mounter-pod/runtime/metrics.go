@@ -77,6 +77,8 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	fsStat("write_conflicts_total", "Changes to files that another writer replaced meanwhile: each was kept under a conflict name instead, and its close or fsync failed.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.Conflicts })
 	fsStat("panics_recovered_total", "Panics in FUSE handlers turned into EIO.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.PanicsRecovered })
 	fsStat("buffer_bytes", "Memory held now in written data waiting for its upload and in readahead chunks (bounded by --memory-limit-mib).", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.BufferBytes })
+	fsStat("pending_uploads", "Files closed asynchronously and not uploaded yet: they wait in the journal on the staging disk, and a restarted mounter uploads them.", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.PendingUploads })
+	fsStat("pending_upload_bytes", "Bytes of the files closed asynchronously and not uploaded yet (dirty bytes).", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.PendingBytes })
 	fsStat("memory_spills_total", "Files continued in a local staging file because --memory-limit-mib had no room for their written data.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.MemorySpills })
 	if current().ReadCache() != nil {
 		cacheStat("read_cache_hits_total", "Random reads answered from the local read cache.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Hits })

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -90,3 +91,42 @@ func (s *Server) ReplyLosingFront(t testing.TB, lose func(*http.Request) bool) (
 }
 
 var errReplyLost = errors.New("reply lost")
+
+// HoldingFront is a proxy in front of a server that holds the requests
+// it is told to (uploads, say) until Release, as a slow or congested
+// endpoint would, and passes the others on at once.
+type HoldingFront struct {
+	Config s3store.Config // reaches the server through the proxy
+
+	released chan struct{}
+	once     sync.Once
+	held     atomic.Int32
+}
+
+// HoldingFront starts a proxy to s for the test's duration that holds the
+// requests hold picks.
+func (s *Server) HoldingFront(t testing.TB, hold func(*http.Request) bool) *HoldingFront {
+	t.Helper()
+	f := &HoldingFront{released: make(chan struct{})}
+	f.Config = s.front(t, func(proxy *httputil.ReverseProxy) {
+		direct := proxy.Director
+		proxy.Director = func(r *http.Request) {
+			if hold(r) {
+				f.held.Add(1)
+				select {
+				case <-f.released:
+				case <-r.Context().Done():
+				}
+			}
+			direct(r)
+		}
+	})
+	t.Cleanup(f.Release) // registered last, so run before the proxy's close waits for them
+	return f
+}
+
+// Held counts the requests held so far.
+func (f *HoldingFront) Held() int { return int(f.held.Load()) }
+
+// Release passes held requests on, and every request from now on.
+func (f *HoldingFront) Release() { f.once.Do(func() { close(f.released) }) }

@@ -1,0 +1,247 @@
+package fusefs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The journal keeps what an asynchronous close(2) acknowledged before
+// its upload on the staging disk, so that a mounter that dies (OOM-killed,
+// crashed, its container restarted) loses none of it: the next process to
+// mount the same journal shows those files with their content and uploads
+// them.
+//
+// With a journal, staging files are named files in its directory,
+// "<id>.data". Journaling a file writes "<id>.json" beside its data: the
+// key, the version the change started from and the attributes. The record
+// goes once the content is in the store, or the file is unlinked; the data
+// when the node lets go of its staging file. What a crash leaves is read
+// back at the next start; data files without a record are litter, removed.
+//
+// Records are replaced by rename, so a reader sees one whole; neither
+// file is fsynced: the journal outlives its process, as the page cache
+// does, not the node's power. fsync(2) still uploads.
+type journal struct {
+	dir  string
+	lock *os.File // flock'd: one mount per journal at a time
+	// restored are the records found at start, for the root to place
+	// (restore).
+	restored []journalRecord
+	stats    *Stats
+
+	mu sync.Mutex
+	// pending are the files journaled and not yet uploaded, by id.
+	pending map[string]pendingFile
+}
+
+// journalRecord is what "<id>.json" holds.
+type journalRecord struct {
+	Key string `json:"key"`
+	// Base is the version the change started from (store.AnyVersion for
+	// content that replaces the object whole); Stored says the object
+	// existed when it was journaled.
+	Base     string            `json:"base,omitempty"`
+	Stored   bool              `json:"stored,omitempty"`
+	MtimeSet bool              `json:"mtimeSet,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+
+	id string // from the file name
+}
+
+type pendingFile struct {
+	key  string
+	size int64
+}
+
+const (
+	dataSuffix   = ".data"
+	recordSuffix = ".json"
+)
+
+// ErrJournalInUse: another live mount holds the journal directory.
+var ErrJournalInUse = errors.New("the journal directory is in use by another mount: give each mount with asynchronous close its own staging directory")
+
+// openJournal takes the journal at dir for this mount, reads what an
+// earlier process left there, and removes its litter.
+func openJournal(dir string, stats *Stats) (*journal, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrJournalInUse)
+		}
+		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
+	}
+	j := &journal{dir: dir, lock: lock, stats: stats, pending: map[string]pendingFile{}}
+	if err := j.readBack(); err != nil {
+		j.close()
+		return nil, err
+	}
+	return j, nil
+}
+
+// readBack reads the records an earlier process left and removes data
+// files without one, and records half written.
+func (j *journal) readBack() error {
+	names, err := os.ReadDir(j.dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	has := map[string]bool{}
+	for _, e := range names {
+		has[e.Name()] = true
+	}
+	for _, e := range names {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, recordSuffix):
+			id := strings.TrimSuffix(name, recordSuffix)
+			if !has[id+dataSuffix] {
+				os.Remove(filepath.Join(j.dir, name))
+				continue
+			}
+			r, err := j.readRecord(id)
+			if err != nil {
+				return err
+			}
+			j.restored = append(j.restored, r)
+		case strings.HasSuffix(name, dataSuffix):
+			if !has[strings.TrimSuffix(name, dataSuffix)+recordSuffix] {
+				os.Remove(filepath.Join(j.dir, name))
+			}
+		case strings.HasSuffix(name, recordSuffix+".tmp"):
+			os.Remove(filepath.Join(j.dir, name))
+		}
+	}
+	slices.SortFunc(j.restored, func(a, b journalRecord) int { return strings.Compare(a.id, b.id) })
+	return nil
+}
+
+func (j *journal) readRecord(id string) (journalRecord, error) {
+	var r journalRecord
+	b, err := os.ReadFile(filepath.Join(j.dir, id+recordSuffix))
+	if err != nil {
+		return r, fmt.Errorf("journal: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("journal: record %s: %w", id, err)
+	}
+	r.id = id
+	return r, nil
+}
+
+// newData creates a staging file in the journal, named so that it can
+// be journaled in place.
+func (j *journal) newData() (*os.File, string, error) {
+	f, err := os.CreateTemp(j.dir, fmt.Sprintf("%d-*%s", time.Now().UnixNano(), dataSuffix))
+	if err != nil {
+		return nil, "", fmt.Errorf("staging file: %w", err)
+	}
+	return f, strings.TrimSuffix(filepath.Base(f.Name()), dataSuffix), nil
+}
+
+// openData opens the data of a record read back.
+func (j *journal) openData(id string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(j.dir, id+dataSuffix), os.O_RDWR, 0)
+}
+
+// write journals r, the content of data file id now size bytes long.
+func (j *journal) write(id string, r journalRecord, size int64) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(j.dir, id+recordSuffix+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(j.dir, id+recordSuffix)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	old, had := j.pending[id]
+	j.pending[id] = pendingFile{key: r.Key, size: size}
+	if !had {
+		j.stats.PendingUploads.Add(1)
+	}
+	j.stats.PendingBytes.Add(size - old.size)
+	return nil
+}
+
+// adopt counts data file id, of a record read back, as pending.
+func (j *journal) adopt(id, key string, size int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.pending[id] = pendingFile{key: key, size: size}
+	j.stats.PendingUploads.Add(1)
+	j.stats.PendingBytes.Add(size)
+}
+
+// settle removes the record of data file id: its content is in the
+// store, or is not to be uploaded any more.
+func (j *journal) settle(id string) {
+	j.mu.Lock()
+	old, had := j.pending[id]
+	delete(j.pending, id)
+	j.mu.Unlock()
+	if !had {
+		return
+	}
+	os.Remove(filepath.Join(j.dir, id+recordSuffix))
+	j.stats.PendingUploads.Add(-1)
+	j.stats.PendingBytes.Add(-old.size)
+}
+
+// removeData removes data file id, and its record if any.
+func (j *journal) removeData(id string) {
+	j.settle(id)
+	os.Remove(filepath.Join(j.dir, id+dataSuffix))
+}
+
+// forget stops counting data file id as pending without removing
+// anything: its process is about to end and the upload failed, and a
+// successor in the same pod uploads it.
+func (j *journal) forget(id string) {
+	j.mu.Lock()
+	old, had := j.pending[id]
+	delete(j.pending, id)
+	j.mu.Unlock()
+	if had {
+		j.stats.PendingUploads.Add(-1)
+		j.stats.PendingBytes.Add(-old.size)
+	}
+}
+
+// pendingKeys are the keys of files journaled and not uploaded, sorted,
+// at most max of them.
+func (j *journal) pendingKeys(max int) []string {
+	j.mu.Lock()
+	keys := make([]string, 0, len(j.pending))
+	for _, p := range j.pending {
+		keys = append(keys, p.key)
+	}
+	j.mu.Unlock()
+	slices.Sort(keys)
+	return keys[:min(len(keys), max)]
+}
+
+func (j *journal) close() {
+	j.lock.Close() // and with it the flock
+}
