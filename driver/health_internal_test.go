@@ -55,6 +55,37 @@ func TestLostUploadsAreToldOnceAcrossNodeRestarts(t *testing.T) {
 	check(d, 1, "")
 }
 
+// The Event of lost uploads names exactly the files lost since the last
+// one, from the mounter's latest few, and says how many it cannot name.
+func TestLostUploadsAreToldByName(t *testing.T) {
+	cases := []struct {
+		lost  int64
+		files []string
+		want  string
+	}{
+		{1, []string{"a"}, "The files: a."},
+		{2, []string{"old", "a", "b"}, "The files: a, b."},
+		{5, []string{"a", "b"}, "The files: a, b and 3 more (the mounter's log names every one)."},
+		{1, nil, "The files: not named (an older mounter)."},
+	}
+	for _, tc := range cases {
+		got := lostNames(handoff.Health{LostFiles: tc.files}, tc.lost)
+		if want := strings.TrimSuffix(strings.TrimPrefix(tc.want, "The files: "), "."); got != want {
+			t.Errorf("%d lost of %q: %q, want %q", tc.lost, tc.files, got, want)
+		}
+	}
+	events := &toldEvents{}
+	d := healthNode(t, events)()
+	st, err := d.loadState("vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.noteHealth(context.Background(), st, handoff.Health{LostUploads: 2, LostFiles: []string{"dir/one", "two"}, LastLostUpload: "boom"})
+	if len(events.messages) != 1 || !strings.Contains(events.messages[0], "The files: dir/one, two.") {
+		t.Fatalf("told %q, want one Event naming dir/one and two", events.messages)
+	}
+}
+
 // Write conflicts are told once each, naming the latest, across a restart
 // of the node plugin, and from 0 again for a new mounter.
 func TestWriteConflictsAreToldOnce(t *testing.T) {
