@@ -338,22 +338,34 @@ func (m *handoffMounter) waitStopping(t *testing.T) {
 
 // TestHandoffSignalDuringAnOutage: deleted during an S3 outage, a mounter
 // cannot upload what was closed asynchronously. At its drain timeout it
-// reports those files lost, where the node plugin asks (before the
-// kubelet kills it), and goes on serving until released.
+// reports those files lost, by name, where the node plugin asks (before
+// the kubelet kills it: the Event it tells lists them), and goes on
+// serving until released.
 func TestHandoffSignalDuringAnOutage(t *testing.T) {
 	srv := miniotest.Start(t)
 	m := startHandoff(t, srv, "--async-close", "--drain-timeout=2s")
 	m.serve(t)
-	h, err := os.Create(filepath.Join(m.mnt, "pending"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Write([]byte("not yet in S3")); err != nil {
-		t.Fatal(err)
+	names := []string{"pending-1", "pending-2", "pending-3"}
+	var open []*os.File
+	for _, name := range names {
+		h, err := os.Create(filepath.Join(m.mnt, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write([]byte("not yet in S3")); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, h)
 	}
 	srv.Stop()
-	if err := h.Close(); err != nil {
-		t.Fatalf("asynchronous close: %v", err)
+	for _, h := range open {
+		if err := h.Close(); err != nil {
+			t.Fatalf("asynchronous close: %v", err)
+		}
+	}
+	rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1)
+	if err != nil || rep.Health == nil || rep.Health.PendingUploads != 3 || !slices.Equal(rep.Health.PendingFiles, names) {
+		t.Fatalf("status with three files closed during the outage: %+v %v, want them pending", rep.Health, err)
 	}
 	m.cmd.Process.Signal(syscall.SIGTERM)
 	m.waitStopping(t)
@@ -368,8 +380,16 @@ func TestHandoffSignalDuringAnOutage(t *testing.T) {
 		}
 		return lost != nil
 	})
-	if lost.LostUploads != 1 || !strings.Contains(lost.LastLostUpload, "pending") || !strings.Contains(lost.LastLostUpload, "told to stop") {
-		t.Fatalf("lost uploads %+v, want the one file, naming the stop", lost)
+	waitFor(t, "every upload reported lost", func() bool {
+		rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1)
+		if err == nil && rep.Health != nil {
+			lost = rep.Health
+		}
+		return lost.LostUploads >= 3
+	})
+	slices.Sort(lost.LostFiles)
+	if lost.LostUploads != 3 || !slices.Equal(lost.LostFiles, names) || !strings.Contains(lost.LastLostUpload, "told to stop") {
+		t.Fatalf("lost uploads %+v, want exactly the three files, naming the stop", lost)
 	}
 	srv.Restart()
 	if err := os.WriteFile(filepath.Join(m.mnt, "after-deadline"), []byte("x"), 0o644); err != nil {
