@@ -220,6 +220,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	removeEmptyDir(req.GetStagingTargetPath())
 	d.setAbnormal(req.GetVolumeId(), "")
+	d.setPending(req.GetVolumeId(), "")
 	d.log.Info("unstaged", "volume", req.GetVolumeId())
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }

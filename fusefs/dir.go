@@ -428,6 +428,9 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	err := n.fsys.store.Delete(ctx, key)
 	leave()
 	if err != nil {
+		if f != nil {
+			f.journalAgain(ctx)
+		}
 		return errno(err)
 	}
 	if f != nil {

@@ -48,6 +48,11 @@ type fileNode struct {
 
 	stream  *stream
 	staging *stagingFile
+	// frozen is journaled content a change has since moved away from
+	// (keepJournaledLocked): kept, with its record, until newer content
+	// is journaled or uploaded, so that a crash meanwhile restores what
+	// close acknowledged rather than a change half made.
+	frozen *stagingFile
 	// base is the version the staging copy was loaded from: its upload
 	// is conditional on the object still being that version, so that a
 	// change made here never silently overwrites another writer's.
@@ -151,7 +156,9 @@ func (n *fileNode) startCreated() {
 // startEmptyLocked makes the content empty and ready to stream, or for
 // a file without a name, which is never uploaded, an empty staging file.
 func (n *fileNode) startEmptyLocked() error {
+	kept := n.takeJournaledLocked()
 	n.dropLocal()
+	n.frozen = kept
 	n.attr.size = 0
 	n.dirty, n.failureTold = true, false
 	n.cachedETag = ""
@@ -177,6 +184,7 @@ func (n *fileNode) dropLocal() {
 		n.staging.Close()
 		n.staging = nil
 	}
+	n.dropFrozenLocked()
 	n.dirty, n.closedAsync = false, false
 	n.base = store.AnyVersion
 }
@@ -384,6 +392,9 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 		return n.startEmptyLocked()
 	}
 	if err := n.toStaging(ctx); err != nil {
+		return err
+	}
+	if err := n.keepJournaledLocked(); err != nil {
 		return err
 	}
 	if err := n.staging.Truncate(size); err != nil {
@@ -603,6 +614,10 @@ func (n *fileNode) reportLost(err error) {
 func (n *fileNode) keepForUnlink(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// Out of the journal before the object goes: a crash after the
+	// delete must not bring the file back (journalAgain, should the
+	// delete fail).
+	n.settleJournalLocked()
 	if n.opens > 0 && !n.local() && n.stored && n.attr.size <= n.fsys.opts.StagingLimit/4 {
 		st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.etag, n.attr.size)
 		if err == nil {

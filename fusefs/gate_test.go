@@ -79,7 +79,7 @@ func TestKeyGateOppositeMovesDoNotDeadlock(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); !cond(); <-time.After(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

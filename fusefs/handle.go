@@ -252,6 +252,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	if n.stream == nil {
+		if err := n.keepJournaledLocked(); err != nil {
+			return 0, n.writeFailed(err)
+		}
 		if err := n.staging.WriteAt(data, off); err != nil {
 			return 0, n.writeFailed(err)
 		}

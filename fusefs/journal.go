@@ -33,8 +33,9 @@ type journal struct {
 	dir  string
 	lock *os.File // flock'd: one mount per journal at a time
 	// restored are the records found at start, for the root to place
-	// (restore).
-	restored []journalRecord
+	// (restore); unreadable says which could not be read, set aside.
+	restored   []journalRecord
+	unreadable []string
 	stats    *Stats
 
 	mu sync.Mutex
@@ -57,13 +58,14 @@ type journalRecord struct {
 }
 
 type pendingFile struct {
-	key  string
+	rec  journalRecord
 	size int64
 }
 
 const (
 	dataSuffix   = ".data"
 	recordSuffix = ".json"
+	badSuffix    = ".bad" // after recordSuffix: a record that cannot be read
 )
 
 // ErrJournalInUse: another live mount holds the journal directory.
@@ -116,11 +118,24 @@ func (j *journal) readBack() error {
 			}
 			r, err := j.readRecord(id)
 			if err != nil {
-				return err
+				// Torn (a power cut: records are not fsynced) or
+				// foreign: set aside with its data for a person, not a
+				// reason for the mount to fail.
+				os.Rename(filepath.Join(j.dir, name), filepath.Join(j.dir, name+badSuffix))
+				j.unreadable = append(j.unreadable, fmt.Sprintf("%s: %v", name, err))
+				continue
 			}
+			fi, err := os.Stat(filepath.Join(j.dir, id+dataSuffix))
+			if err != nil {
+				return fmt.Errorf("journal: %w", err)
+			}
+			// Pending from now on, served or not: what a person sees
+			// (metrics, Health) is what the disk holds.
+			j.adopt(id, r, fi.Size())
 			j.restored = append(j.restored, r)
 		case strings.HasSuffix(name, dataSuffix):
-			if !has[strings.TrimSuffix(name, dataSuffix)+recordSuffix] {
+			id := strings.TrimSuffix(name, dataSuffix)
+			if !has[id+recordSuffix] && !has[id+recordSuffix+badSuffix] {
 				os.Remove(filepath.Join(j.dir, name))
 			}
 		case strings.HasSuffix(name, recordSuffix+".tmp"):
@@ -161,6 +176,22 @@ func (j *journal) openData(id string) (*os.File, error) {
 
 // write journals r, the content of data file id now size bytes long.
 func (j *journal) write(id string, r journalRecord, size int64) error {
+	if err := j.writeRecord(id, r); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	old, had := j.pending[id]
+	j.pending[id] = pendingFile{rec: r, size: size}
+	if !had {
+		j.stats.PendingUploads.Add(1)
+	}
+	j.stats.PendingBytes.Add(size - old.size)
+	return nil
+}
+
+// writeRecord replaces the record of data file id by r, whole.
+func (j *journal) writeRecord(id string, r journalRecord) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -174,22 +205,37 @@ func (j *journal) write(id string, r journalRecord, size int64) error {
 		os.Remove(tmp)
 		return fmt.Errorf("journal: %w", err)
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	old, had := j.pending[id]
-	j.pending[id] = pendingFile{key: r.Key, size: size}
-	if !had {
-		j.stats.PendingUploads.Add(1)
-	}
-	j.stats.PendingBytes.Add(size - old.size)
 	return nil
 }
 
-// adopt counts data file id, of a record read back, as pending.
-func (j *journal) adopt(id, key string, size int64) {
+// rekey moves the records of key from, or of the keys under it when it
+// ends in "/", to to: a rename moved them. The rename holds the key gate
+// for both, so no record of either is being written meanwhile.
+func (j *journal) rekey(from, to string) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.pending[id] = pendingFile{key: key, size: size}
+	var errs []error
+	for id, p := range j.pending {
+		rest, under := strings.CutPrefix(p.rec.Key, from)
+		if !(rest == "" && under) && !(under && strings.HasSuffix(from, "/")) {
+			continue
+		}
+		p.rec.Key = to + rest
+		if err := j.writeRecord(id, p.rec); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		j.pending[id] = p
+	}
+	return errors.Join(errs...)
+}
+
+// adopt counts data file id, of a record read back, as pending until it
+// is settled; one left in the journal (restoreFile refused it) stays so.
+func (j *journal) adopt(id string, r journalRecord, size int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.pending[id] = pendingFile{rec: r, size: size}
 	j.stats.PendingUploads.Add(1)
 	j.stats.PendingBytes.Add(size)
 }
@@ -235,7 +281,7 @@ func (j *journal) pendingKeys(max int) []string {
 	j.mu.Lock()
 	keys := make([]string, 0, len(j.pending))
 	for _, p := range j.pending {
-		keys = append(keys, p.key)
+		keys = append(keys, p.rec.Key)
 	}
 	j.mu.Unlock()
 	slices.Sort(keys)

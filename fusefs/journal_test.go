@@ -57,6 +57,11 @@ func TestAJournalOutlivesItsFilesystem(t *testing.T) {
 	first.Close() // as the first one's process would end, uploads held
 	second, dir2 := mountFSOf(t, mem, opts)
 	eventually(t, 30*time.Second, "every journaled file uploaded", func() bool { return second.Health().PendingUploads == 0 })
+	// Checked while the first filesystem's uploads are still held: once
+	// they fail, it removes what it journaled itself.
+	if left, _ := filepath.Glob(filepath.Join(journal, "*.*")); len(left) != 0 {
+		t.Fatalf("the journal still holds %v after every upload", left)
+	}
 	held.end() // the first filesystem's uploads fail now, too late to matter
 	for name, want := range files {
 		sameBytes(t, name, stored(t, mem, name), want)
@@ -72,11 +77,71 @@ func TestAJournalOutlivesItsFilesystem(t *testing.T) {
 	if _, err := os.Stat(litter); !os.IsNotExist(err) {
 		t.Fatalf("litter in the journal after a restart: %v", err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(journal, "*.*")); len(left) != 0 {
-		t.Fatalf("the journal still holds %v after every upload", left)
-	}
 	if h := second.Health(); h.LostUploads != 0 || h.PendingBytes != 0 {
 		t.Fatalf("health after the uploads: %+v", h)
+	}
+}
+
+// TestAChangeAfterACloseKeepsWhatItAcknowledged: a file closed
+// asynchronously and then changed before its upload (truncated and
+// rewritten, or written in place, through a descriptor still open) is
+// restored, after a crash in the middle of the change, as the close left
+// it: never as a half-made change, never as nothing.
+func TestAChangeAfterACloseKeepsWhatItAcknowledged(t *testing.T) {
+	for _, change := range []struct {
+		name  string
+		flags int
+	}{{"truncated", os.O_WRONLY | os.O_TRUNC}, {"written in place", os.O_WRONLY}} {
+		t.Run(change.name, func(t *testing.T) {
+			mem := memstore.New()
+			opts := fusefs.Options{AsyncClose: true, StagingDir: t.TempDir()}
+			first, dir := mountFSOf(t, mem, opts)
+			p := filepath.Join(dir, "f")
+			acknowledged := []byte("what the close acknowledged")
+			h, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.Write(acknowledged); err != nil {
+				t.Fatal(err)
+			}
+			// Held open, so that no RELEASE uploads it; the change is
+			// under way, not closed, when the "crash" comes.
+			reader, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reader.Close()
+			if err := h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if n := first.Health().PendingUploads; n != 1 {
+				t.Fatalf("%d pending after the close, want 1", n)
+			}
+			w, err := os.OpenFile(p, change.flags, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.WriteAt([]byte("HALF"), 3); err != nil {
+				t.Fatal(err)
+			}
+			first.Close() // the journal is free: the process "ended"
+			_, dir2 := mountFSOf(t, mem, opts)
+			eventually(t, 10*time.Second, "the journaled content uploaded", func() bool {
+				got, err := mem.Get(context.Background(), "f", store.AnyVersion, 0, -1)
+				if err != nil {
+					return false
+				}
+				defer got.Close()
+				b, _ := io.ReadAll(got)
+				return string(b) == string(acknowledged)
+			})
+			got, err := os.ReadFile(filepath.Join(dir2, "f"))
+			if err != nil || string(got) != string(acknowledged) {
+				t.Fatalf("f after the restart: %q, %v; want %q", got, err, acknowledged)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"syscall"
 	"time"
@@ -47,15 +48,86 @@ func (n *fileNode) journalLocked(ctx context.Context) error {
 		a.mtime = time.Now()
 	}
 	r := journalRecord{Key: key, Base: n.base, Stored: n.stored, Metadata: a.metadata()}
-	return n.fsys.journal.write(n.staging.id, r, n.attr.size)
+	if err := n.fsys.journal.write(n.staging.id, r, n.attr.size); err != nil {
+		return err
+	}
+	n.staging.journaled = true
+	n.dropFrozenLocked() // superseded: a restart takes this content now
+	return nil
 }
 
-// settleJournalLocked removes the file's journal record: its content is in
-// the store, or is not to be uploaded (unlinked).
+// journalAgain journals content a failed unlink took out of the journal
+// (keepForUnlink): the file is still there, and its close acknowledged.
+func (n *fileNode) journalAgain(ctx context.Context) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dirty && n.closedAsync && !n.unlinked && n.fsys.journal != nil {
+		if err := n.journalLocked(ctx); err != nil {
+			n.fsys.opts.Logger.Error("journal a file whose unlink failed", "key", n.key(), "err", err)
+		}
+	}
+}
+
+// keepJournaledLocked is called before the staging content changes: if
+// it is journaled (what a close acknowledged), the change goes on in a
+// copy, and the journaled content stays as it is (frozen) until newer
+// content replaces it in the journal or in the store.
+func (n *fileNode) keepJournaledLocked() error {
+	if n.staging == nil || !n.staging.journaled {
+		return nil
+	}
+	size, err := n.staging.size()
+	if err != nil {
+		return err
+	}
+	cp, err := n.fsys.newStaging()
+	if err != nil {
+		return err
+	}
+	if err := cp.reserve(size); err != nil {
+		cp.Close()
+		return err
+	}
+	if _, err := io.Copy(cp.f, io.NewSectionReader(n.staging.f, 0, size)); err != nil {
+		cp.Close()
+		return fmt.Errorf("copy journaled content: %w", err)
+	}
+	n.dropFrozenLocked() // an older one, superseded by the staging's record
+	n.frozen, n.staging = n.staging, cp
+	return nil
+}
+
+// takeJournaledLocked detaches the journaled content, frozen or not, for
+// the caller to keep while the rest is dropped.
+func (n *fileNode) takeJournaledLocked() *stagingFile {
+	if f := n.frozen; f != nil {
+		n.frozen = nil
+		return f
+	}
+	if n.staging != nil && n.staging.journaled {
+		st := n.staging
+		n.staging = nil
+		return st
+	}
+	return nil
+}
+
+// dropFrozenLocked removes frozen content and its record.
+func (n *fileNode) dropFrozenLocked() {
+	if n.frozen != nil {
+		n.frozen.Close()
+		n.frozen = nil
+	}
+}
+
+// settleJournalLocked takes the file out of the journal: its content is
+// in the store, or is not to be uploaded (unlinked).
 func (n *fileNode) settleJournalLocked() {
 	if n.staging != nil && n.staging.id != "" {
 		n.fsys.journal.settle(n.staging.id)
+		n.staging.journaled = false
 	}
+	n.dropFrozenLocked()
 }
 
 // leaveJournaledLocked leaves the file's journal entry on disk when its
@@ -63,9 +135,14 @@ func (n *fileNode) settleJournalLocked() {
 // container restarted) uploads it; should the pod go instead, it was
 // reported lost.
 func (n *fileNode) leaveJournaledLocked() {
-	if n.staging != nil && n.staging.id != "" && errors.Is(n.uploadErr, ErrStopped) {
-		n.fsys.journal.forget(n.staging.id)
-		n.staging.id = ""
+	if !errors.Is(n.uploadErr, ErrStopped) {
+		return
+	}
+	for _, st := range []*stagingFile{n.staging, n.frozen} {
+		if st != nil && st.id != "" {
+			n.fsys.journal.forget(st.id)
+			st.id, st.journaled = "", false
+		}
 	}
 }
 
@@ -73,7 +150,14 @@ func (n *fileNode) leaveJournaledLocked() {
 // not upload into the tree, with their content, and uploads them. The
 // root calls it when it is added to a mount.
 func (f *FS) restoreJournal(ctx context.Context) {
-	if f.journal == nil || len(f.journal.restored) == 0 {
+	if f.journal == nil {
+		return
+	}
+	for _, bad := range f.journal.unreadable {
+		f.opts.Logger.Error("a journal record cannot be read; it is set aside with its data, for a person to look at", "dir", f.journal.dir, "record", bad)
+	}
+	f.journal.unreadable = nil
+	if len(f.journal.restored) == 0 {
 		return
 	}
 	records := f.journal.restored
@@ -149,18 +233,21 @@ func (f *FS) restoreFile(ctx context.Context, r journalRecord) (*fileNode, error
 	// Counted whatever the limit says now: the bytes are on the disk.
 	f.staged.Add(size)
 	st.reserved = size
-	f.journal.adopt(r.id, r.Key, size)
 	a := f.attrsOf(store.Object{Key: r.Key, Size: size, Metadata: r.Metadata}, syscall.S_IFREG)
 	name := names[len(names)-1]
+	st.journaled = true
 	if ch := dir.GetChild(name); ch != nil {
-		// Journaled twice (records sort by age): the newer content wins.
+		// Journaled twice (a crash between a newer record and the
+		// removal of the older; records sort by age): the newer wins.
 		if old, ok := ch.Operations().(*fileNode); ok {
 			old.mu.Lock()
 			old.dropLocal()
-			old.staging, old.attr, old.dirty, old.closedAsync = st, a, true, true
+			old.staging, old.attr, old.base, old.stored = st, a, r.Base, r.Stored
+			old.dirty, old.closedAsync = true, true
 			old.mu.Unlock()
 			return old, nil
 		}
+		st.id = "" // left in the journal (and pending), as the caller says
 		st.Close()
 		return nil, fmt.Errorf("key %q: %q is a directory", r.Key, name)
 	}

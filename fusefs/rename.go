@@ -123,6 +123,13 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		}
 		dst.forgetChildAttrs(newName, o)
 	}
+	if j := n.fsys.journal; j != nil {
+		// A file journaled under the old name before the move began
+		// (between syncUnder and the gate) is restored under the new.
+		if err := j.rekey(from, to); err != nil {
+			n.fsys.opts.Logger.Error("rename: journal records keep the old name", "from", from, "to", to, "err", err)
+		}
+	}
 	if moved != nil {
 		// Before done: what the move held back takes the new name.
 		n.fsys.place(moved, dst.EmbeddedInode(), newName)

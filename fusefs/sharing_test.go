@@ -78,4 +78,4 @@ func TestCloseToOpenAcrossMounts(t *testing.T) {
 
 // waitPast waits until t has passed. The bound under test is a time:
 // there is nothing to poll for before it.
-func waitPast(t time.Time) { time.Sleep(time.Until(t) + time.Millisecond) }
+func waitPast(t time.Time) { <-time.After(time.Until(t) + time.Millisecond) }

@@ -19,6 +19,9 @@ type stagingFile struct {
 	f        *os.File
 	reserved int64
 	id       string // its name in the journal, "" for none
+	// journaled: its record is in the journal, so its content is what a
+	// close acknowledged and must not change (fileNode.keepJournaledLocked).
+	journaled bool
 }
 
 func (f *FS) newStaging() (*stagingFile, error) {

@@ -430,7 +430,7 @@ func (s *sharing) dirWriter(p *phase, r *rand.Rand) {
 		}
 		if try > 0 && name == dirNames[s.dir.Load()] {
 			s.missingDir.Add(1)
-			time.Sleep(sharedTTL / 10) // poll until the deadline
+			<-time.After(sharedTTL / 10) // poll until the deadline
 		}
 	}
 }
@@ -609,7 +609,7 @@ func (s *sharing) checkAppended(p *phase, i int, final, keys []string) {
 
 // waitPast waits until t has passed. The bound under test is a time:
 // there is nothing to poll for before it.
-func waitPast(t time.Time) { time.Sleep(time.Until(t) + time.Millisecond) }
+func waitPast(t time.Time) { <-time.After(time.Until(t) + time.Millisecond) }
 
 func lastLines(b []byte, n int) []byte {
 	lines := bytes.SplitAfter(b, []byte("\n"))

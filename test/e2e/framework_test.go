@@ -134,7 +134,7 @@ func (s *suite) eventually(d time.Duration, what string, cond func() (bool, erro
 		if time.Now().After(deadline) {
 			s.t.Fatalf("timed out after %v waiting for %s (last error: %v)", d, what, lastErr)
 		}
-		time.Sleep(500 * time.Millisecond)
+		<-time.After(500 * time.Millisecond)
 	}
 }
 
