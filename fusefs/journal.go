@@ -36,7 +36,7 @@ type journal struct {
 	// (restore); unreadable says which could not be read, set aside.
 	restored   []journalRecord
 	unreadable []string
-	stats    *Stats
+	stats      *Stats
 
 	mu sync.Mutex
 	// pending are the files journaled and not yet uploaded, by id.
