@@ -48,6 +48,9 @@ type FS struct {
 	// journal keeps files closed asynchronously until their upload; nil
 	// without AsyncClose.
 	journal *journal
+	// restoredNodes are the files restored from the journal, for Mount
+	// to upload once it serves.
+	restoredNodes []*fileNode
 	// prefetchStalls counts the times an open directory's HEADs reached
 	// metaLookahead and waited for lookups (a test's view of the bound).
 	prefetchStalls atomic.Int64
@@ -224,6 +227,7 @@ func (f *FS) Mount(mountpoint, fsName string, directMount bool) (*fuse.Server, e
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", fsName, mountpoint, err)
 	}
+	f.uploadRestored()
 	return srv, nil
 }
 

@@ -147,8 +147,8 @@ func (n *fileNode) leaveJournaledLocked() {
 }
 
 // restoreJournal places the files an earlier process journaled and did
-// not upload into the tree, with their content, and uploads them. The
-// root calls it when it is added to a mount.
+// not upload into the tree, with their content, for Mount to upload
+// (uploadRestored). The root calls it when it is added to a mount.
 func (f *FS) restoreJournal(ctx context.Context) {
 	if f.journal == nil {
 		return
@@ -172,6 +172,18 @@ func (f *FS) restoreJournal(ctx context.Context) {
 			continue
 		}
 		nodes = append(nodes, n)
+	}
+	f.restoredNodes = nodes
+}
+
+// uploadRestored uploads the files restoreJournal placed, once the mount
+// serves: not while go-fuse is still mounting and answering INIT, which
+// must not wait for anything the uploads hold.
+func (f *FS) uploadRestored() {
+	nodes := f.restoredNodes
+	f.restoredNodes = nil
+	if len(nodes) == 0 {
+		return
 	}
 	f.opts.Logger.Info("uploading files closed before the mounter restarted", "files", len(nodes))
 	go func() {
