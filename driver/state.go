@@ -89,11 +89,7 @@ func (d *Driver) stagedVolumes() []*stagedVolume {
 func (d *Driver) setAbnormal(volumeID, why string) {
 	d.abnormalMu.Lock()
 	defer d.abnormalMu.Unlock()
-	if why == "" {
-		delete(d.abnormal, volumeID)
-	} else {
-		d.abnormal[volumeID] = why
-	}
+	keepNote(d.abnormal, volumeID, why)
 	d.metrics.abnormal.Set(float64(len(d.abnormal)))
 }
 
@@ -102,10 +98,15 @@ func (d *Driver) setAbnormal(volumeID, why string) {
 func (d *Driver) setPending(volumeID, note string) {
 	d.abnormalMu.Lock()
 	defer d.abnormalMu.Unlock()
+	keepNote(d.pending, volumeID, note)
+}
+
+// keepNote sets volumeID's note in notes; "" removes it.
+func keepNote(notes map[string]string, volumeID, note string) {
 	if note == "" {
-		delete(d.pending, volumeID)
+		delete(notes, volumeID)
 	} else {
-		d.pending[volumeID] = note
+		notes[volumeID] = note
 	}
 }
 

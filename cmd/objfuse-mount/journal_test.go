@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/test/localserver"
 	"github.com/objfuse/objfuse/test/miniotest"
 )
 
@@ -109,7 +109,11 @@ type journalingMount struct {
 // its staging files and journal in staging.
 func startJournaling(t *testing.T, cfg s3store.Config, bucket, mnt, staging string) *journalingMount {
 	t.Helper()
-	m := &journalingMount{metrics: freeAddr(t), log: &bytes.Buffer{}}
+	addr, err := localserver.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &journalingMount{metrics: addr, log: &bytes.Buffer{}}
 	m.cmd = exec.Command(binary, "--foreground", "--async-close", "--endpoint", cfg.Endpoint, "--path-style",
 		"--credentials-dir", cfg.CredentialsDir, "--staging-dir", staging, "--metrics-addr", m.metrics, bucket, mnt)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
@@ -161,16 +165,6 @@ func abortConnection(mnt string) {
 			}
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // metric reads a metric's value from a mounter's /metrics, -1 when it
