@@ -153,9 +153,14 @@ func New(st store.Store, opts Options) (*FS, error) {
 	}
 	f.inodes = newInodeTable(opts.MaxInodes)
 	f.root = &dirNode{fsys: f}
-	f.root.attr = attrs{mode: syscall.S_IFDIR | uint32(opts.DirMode), uid: opts.UID, gid: opts.GID, mtime: f.mountTime}
+	f.root.attr = f.dirAttrs()
 	f.root.hasMarker = true // the root never needs a marker to exist
 	return f, nil
+}
+
+// dirAttrs are the attributes of a directory no object describes.
+func (f *FS) dirAttrs() attrs {
+	return attrs{mode: syscall.S_IFDIR | uint32(f.opts.DirMode), uid: f.opts.UID, gid: f.opts.GID, mtime: f.mountTime}
 }
 
 // Close frees what the filesystem holds outside memory (the read

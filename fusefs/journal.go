@@ -131,7 +131,7 @@ func (j *journal) readBack() error {
 			}
 			// Pending from now on, served or not: what a person sees
 			// (metrics, Health) is what the disk holds.
-			j.adopt(id, r, fi.Size())
+			j.track(id, r, fi.Size())
 			j.restored = append(j.restored, r)
 		case strings.HasSuffix(name, dataSuffix):
 			id := strings.TrimSuffix(name, dataSuffix)
@@ -179,14 +179,7 @@ func (j *journal) write(id string, r journalRecord, size int64) error {
 	if err := j.writeRecord(id, r); err != nil {
 		return err
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	old, had := j.pending[id]
-	j.pending[id] = pendingFile{rec: r, size: size}
-	if !had {
-		j.stats.PendingUploads.Add(1)
-	}
-	j.stats.PendingBytes.Add(size - old.size)
+	j.track(id, r, size)
 	return nil
 }
 
@@ -230,29 +223,26 @@ func (j *journal) rekey(from, to string) error {
 	return errors.Join(errs...)
 }
 
-// adopt counts data file id, of a record read back, as pending until it
-// is settled; one left in the journal (restoreFile refused it) stays so.
-func (j *journal) adopt(id string, r journalRecord, size int64) {
+// track counts data file id, journaled as r and size bytes long, as
+// pending until it is settled (or forgotten). A record read back that
+// restoreFile refuses stays pending: it waits for a person.
+func (j *journal) track(id string, r journalRecord, size int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	old, had := j.pending[id]
 	j.pending[id] = pendingFile{rec: r, size: size}
-	j.stats.PendingUploads.Add(1)
-	j.stats.PendingBytes.Add(size)
+	if !had {
+		j.stats.PendingUploads.Add(1)
+	}
+	j.stats.PendingBytes.Add(size - old.size)
 }
 
 // settle removes the record of data file id: its content is in the
 // store, or is not to be uploaded any more.
 func (j *journal) settle(id string) {
-	j.mu.Lock()
-	old, had := j.pending[id]
-	delete(j.pending, id)
-	j.mu.Unlock()
-	if !had {
-		return
+	if j.forget(id) {
+		os.Remove(filepath.Join(j.dir, id+recordSuffix))
 	}
-	os.Remove(filepath.Join(j.dir, id+recordSuffix))
-	j.stats.PendingUploads.Add(-1)
-	j.stats.PendingBytes.Add(-old.size)
 }
 
 // removeData removes data file id, and its record if any.
@@ -261,10 +251,11 @@ func (j *journal) removeData(id string) {
 	os.Remove(filepath.Join(j.dir, id+dataSuffix))
 }
 
-// forget stops counting data file id as pending without removing
-// anything: its process is about to end and the upload failed, and a
-// successor in the same pod uploads it.
-func (j *journal) forget(id string) {
+// forget stops counting data file id as pending, and says whether it
+// was, without removing anything: settle's first half, and alone for an
+// upload cut by the process's stop, which a successor in the same pod
+// makes.
+func (j *journal) forget(id string) bool {
 	j.mu.Lock()
 	old, had := j.pending[id]
 	delete(j.pending, id)
@@ -273,6 +264,7 @@ func (j *journal) forget(id string) {
 		j.stats.PendingUploads.Add(-1)
 		j.stats.PendingBytes.Add(-old.size)
 	}
+	return had
 }
 
 // pendingKeys are the keys of files journaled and not uploaded, sorted,

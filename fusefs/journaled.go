@@ -80,17 +80,11 @@ func (n *fileNode) keepJournaledLocked() error {
 	if err != nil {
 		return err
 	}
-	cp, err := n.fsys.newStaging()
+	cp, err := n.fsys.stagingFrom(size, "journaled content", func() (io.ReadCloser, error) {
+		return io.NopCloser(io.NewSectionReader(n.staging.f, 0, size)), nil
+	})
 	if err != nil {
 		return err
-	}
-	if err := cp.reserve(size); err != nil {
-		cp.Close()
-		return err
-	}
-	if _, err := io.Copy(cp.f, io.NewSectionReader(n.staging.f, 0, size)); err != nil {
-		cp.Close()
-		return fmt.Errorf("copy journaled content: %w", err)
 	}
 	n.dropFrozenLocked() // an older one, superseded by the staging's record
 	n.frozen, n.staging = n.staging, cp
@@ -222,8 +216,7 @@ func (f *FS) restoreFile(ctx context.Context, r journalRecord) (*fileNode, error
 	for _, name := range names[:len(names)-1] {
 		ch := dir.GetChild(name)
 		if ch == nil {
-			a := attrs{mode: syscall.S_IFDIR | uint32(f.opts.DirMode), uid: f.opts.UID, gid: f.opts.GID, mtime: f.mountTime}
-			ch = dir.newChild(ctx, syscall.S_IFDIR, a, false)
+			ch = dir.newChild(ctx, syscall.S_IFDIR, f.dirAttrs(), false)
 			dir.AddChild(name, ch, true)
 		}
 		d, ok := ch.Operations().(*dirNode)

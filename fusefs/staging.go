@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"syscall"
 )
 
@@ -101,6 +102,14 @@ func (s *stagingFile) size() (int64, error) {
 // loadStaging copies the size bytes of version etag of key into a new
 // staging file.
 func (f *FS) loadStaging(ctx context.Context, key, etag string, size int64) (*stagingFile, error) {
+	return f.stagingFrom(size, strconv.Quote(key), func() (io.ReadCloser, error) {
+		return f.store.Get(ctx, key, etag, 0, size)
+	})
+}
+
+// stagingFrom copies the size bytes open gives, of what, into a new
+// staging file.
+func (f *FS) stagingFrom(size int64, what string, open func() (io.ReadCloser, error)) (*stagingFile, error) {
 	s, err := f.newStaging()
 	if err != nil {
 		return nil, err
@@ -110,7 +119,7 @@ func (f *FS) loadStaging(ctx context.Context, key, etag string, size int64) (*st
 		return nil, err
 	}
 	if size > 0 {
-		body, err := f.store.Get(ctx, key, etag, 0, size)
+		body, err := open()
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -118,7 +127,7 @@ func (f *FS) loadStaging(ctx context.Context, key, etag string, size int64) (*st
 		defer body.Close()
 		n, err := io.Copy(s.f, body)
 		if err == nil && n != size {
-			err = fmt.Errorf("read %d of %d bytes of %q: %w", n, size, key, io.ErrUnexpectedEOF)
+			err = fmt.Errorf("read %d of %d bytes of %s: %w", n, size, what, io.ErrUnexpectedEOF)
 		}
 		if err != nil {
 			s.Close()
