@@ -45,6 +45,10 @@ type fileNode struct {
 	// object replaced by a version this mount did not write: a handle
 	// opened before keeps reading its own version (handle.pin).
 	replacedElsewhere uint64
+	// reading is the version a READ was last answered from while it was
+	// the node's, at readingAt: see shownLocked.
+	reading   attrs
+	readingAt time.Time
 
 	stream  *stream
 	staging *stagingFile
@@ -304,10 +308,33 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 func (n *fileNode) fillAttr(out *fuse.Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	a := n.attr
-	a.size = n.size()
+	a := n.shownLocked()
 	a.fill(out)
 	n.kernelSize = a.size
+}
+
+// readingHold is how long after its last READ a version that another
+// client has replaced stays the one the kernel is told of (shownLocked).
+const readingHold = time.Second
+
+// shownLocked is the version the kernel is told of: the node's, unless
+// handles here are reading one that another client has replaced since
+// (a READ answered from it within readingHold) and no open has come
+// since. Told of the new version's size, the kernel would end those
+// handles' reads where the new version ends, without asking the mount:
+// bytes of one version, cut short, as if the file had ended. Told of
+// theirs, they read on what the page cache holds of it, then fail with
+// ESTALE where the mount is asked. A new open ends the hold (openHandle):
+// the page cache and the size, one of each per inode, go to the version
+// the store holds.
+func (n *fileNode) shownLocked() attrs {
+	a := n.attr
+	a.size = n.size()
+	held := n.reading.etag != "" && n.reading.etag != a.etag && !n.ownVersion(a.etag)
+	if n.local() || n.opens == 0 || !held || time.Since(n.readingAt) > readingHold {
+		return a
+	}
+	return n.reading
 }
 
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -436,6 +463,13 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if writable {
 		n.writers++
 	}
+	if n.shownLocked().etag != n.attr.etag {
+		// The kernel holds the attributes of a version another client
+		// replaced: the new handle reads the store's, and must not stop
+		// at the old one's end.
+		n.NotifyContent(-1, 0) // the attributes only: no page lock taken
+	}
+	n.reading = attrs{}
 	var fuseFlags uint32
 	if !n.local() && n.attr.etag != "" && n.attr.etag == n.cachedETag {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE

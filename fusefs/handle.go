@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -26,10 +27,9 @@ type handle struct {
 // writes replace the pin, as POSIX makes one file's writes visible to
 // every reader at once; a version found written elsewhere does not.
 type pin struct {
-	etag string
-	size int64
-	seen uint64 // the node's replacedElsewhere when the pin was taken
-	used bool   // a READ was answered from this version
+	attrs        // of the version
+	seen  uint64 // the node's replacedElsewhere when the pin was taken
+	used  bool   // a READ was answered from this version
 	// moves counts the pin's moves (repin, follow): a READ that ran
 	// beside one read the version the handle left, whose bytes it must
 	// not return.
@@ -45,7 +45,7 @@ func (p *pin) follow(n *fileNode) {
 	if p.etag != n.attr.etag {
 		p.moves++ // a READ of the old one under way must not answer
 	}
-	p.etag, p.size, p.seen = n.attr.etag, n.attr.size, n.replacedElsewhere
+	p.attrs, p.seen = n.attr, n.replacedElsewhere
 }
 
 var (
@@ -140,6 +140,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			// The page cache, one per inode, now holds bytes of another
 			// version than the node's: the next open must drop them.
 			n.cachedETag = ""
+		} else {
+			n.reading, n.readingAt = n.attr, time.Now()
 		}
 		n.mu.Unlock()
 		n.fsys.stats.BytesRead.Add(int64(k))
@@ -201,7 +203,7 @@ func (h *handle) repin(ctx context.Context, key string, from pin) (pin, bool) {
 	if h.pin.used && !n.ownVersion(n.attr.etag) {
 		return pin{}, false
 	}
-	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere, used: h.pin.used, moves: h.pin.moves + 1}
+	h.pin = pin{attrs: n.attr, seen: n.replacedElsewhere, used: h.pin.used, moves: h.pin.moves + 1}
 	return h.pin, true
 }
 

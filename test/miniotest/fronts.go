@@ -39,7 +39,16 @@ func (s *Server) CorruptingFront(t testing.TB) (s3store.Config, *atomic.Int32) {
 // duration, and returns a configuration that reaches s through it.
 func (s *Server) front(t testing.TB, configure func(*httputil.ReverseProxy)) s3store.Config {
 	t.Helper()
-	target, err := url.Parse(s.Endpoint)
+	cfg := s.Config()
+	cfg.Endpoint = frontOf(t, s.Endpoint, configure)
+	return cfg
+}
+
+// frontOf starts a reverse proxy to endpoint, set up by configure, for
+// the test's duration, and returns its URL.
+func frontOf(t testing.TB, endpoint string, configure func(*httputil.ReverseProxy)) string {
+	t.Helper()
+	target, err := url.Parse(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +56,7 @@ func (s *Server) front(t testing.TB, configure func(*httputil.ReverseProxy)) s3s
 	configure(proxy)
 	front := httptest.NewServer(proxy)
 	t.Cleanup(front.Close)
-	cfg := s.Config()
-	cfg.Endpoint = front.URL
-	return cfg
+	return front.URL
 }
 
 // flipByte inverts the byte at offset at of the body it reads.
@@ -97,6 +104,7 @@ var errReplyLost = errors.New("reply lost")
 // endpoint would, and passes the others on at once.
 type HoldingFront struct {
 	Config s3store.Config // reaches the server through the proxy
+	URL    string         // the proxy's endpoint
 
 	released chan struct{}
 	once     sync.Once
@@ -107,8 +115,18 @@ type HoldingFront struct {
 // requests hold picks.
 func (s *Server) HoldingFront(t testing.TB, hold func(*http.Request) bool) *HoldingFront {
 	t.Helper()
+	f := HoldingFrontOf(t, s.Endpoint, hold)
+	f.Config = s.Config()
+	f.Config.Endpoint = f.URL
+	return f
+}
+
+// HoldingFrontOf is HoldingFront for a server the test did not start (a
+// cluster's), known by its endpoint only: Config is left empty.
+func HoldingFrontOf(t testing.TB, endpoint string, hold func(*http.Request) bool) *HoldingFront {
+	t.Helper()
 	f := &HoldingFront{released: make(chan struct{})}
-	f.Config = s.front(t, func(proxy *httputil.ReverseProxy) {
+	f.URL = frontOf(t, endpoint, func(proxy *httputil.ReverseProxy) {
 		direct := proxy.Director
 		proxy.Director = func(r *http.Request) {
 			if hold(r) {
