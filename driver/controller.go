@@ -2,17 +2,17 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/tags"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -132,7 +132,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	c, err := d.s3Client(p.S3, creds)
+	a, err := d.s3Admin(p.S3, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -141,10 +141,10 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	v := volume.Volume{ID: volume.ID{S3: p.S3}, Mount: p.Mount, Mounter: p.Mounter}
 	if p.SharedBucket == "" {
 		v.Bucket = volume.BucketFor(name)
-		capacity, err = d.createBucket(ctx, c, p.S3, v.Bucket, name, capacity)
+		capacity, err = d.createBucket(ctx, a, p.S3.Region, v.Bucket, name, capacity)
 	} else {
 		v.Bucket, v.Prefix = p.SharedBucket, volume.PrefixFor(p.BasePrefix, name)
-		capacity, err = d.createPrefix(ctx, c, p.S3, v.Bucket, v.Prefix, name, capacity)
+		capacity, err = d.createPrefix(ctx, a, v.Bucket, v.Prefix, name, capacity)
 	}
 	if err != nil {
 		return nil, err
@@ -158,25 +158,20 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 // createBucket makes the volume's bucket and tags it, or recognises it as
 // made before for the same volume name.
-func (d *Driver) createBucket(ctx context.Context, c *minio.Client, s volume.S3, bucket, name string, capacity int64) (int64, error) {
+func (d *Driver) createBucket(ctx context.Context, a *s3store.Admin, region, bucket, name string, capacity int64) (int64, error) {
 	what := fmt.Sprintf("create bucket %q for volume %q", bucket, name)
-	err := c.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: s.Region})
+	err := a.MakeBucket(ctx, bucket, region)
 	if err != nil {
-		code := minio.ToErrorResponse(err).Code
-		if code != "BucketAlreadyOwnedByYou" && code != "BucketAlreadyExists" {
-			return 0, s3Status(err, s.Endpoint, what)
+		if !errors.Is(err, s3store.ErrBucketOwned) && !errors.Is(err, s3store.ErrBucketTaken) {
+			return 0, s3Status(err, what)
 		}
 		// Ours from an earlier call? Its tags say.
-		t, terr := c.GetBucketTagging(ctx, bucket)
-		if terr != nil && minio.ToErrorResponse(terr).Code != "NoSuchTagSet" {
-			if code == "BucketAlreadyExists" {
-				return 0, s3Status(err, s.Endpoint, what)
+		have, terr := a.BucketTags(ctx, bucket)
+		if terr != nil {
+			if errors.Is(err, s3store.ErrBucketTaken) {
+				return 0, s3Status(err, what)
 			}
-			return 0, s3Status(terr, s.Endpoint, what)
-		}
-		var have map[string]string
-		if t != nil {
-			have = t.ToMap()
+			return 0, s3Status(terr, what)
 		}
 		switch {
 		case have[tagVolume] == name:
@@ -187,18 +182,17 @@ func (d *Driver) createBucket(ctx context.Context, c *minio.Client, s volume.S3,
 			return capacity, nil
 		case have[tagVolume] != "":
 			return 0, status.Errorf(codes.AlreadyExists, "bucket %q belongs to another volume (%q)", bucket, have[tagVolume])
-		case !d.bucketEmpty(ctx, c, bucket):
+		}
+		if empty, err := a.BucketEmpty(ctx, bucket); err != nil {
+			return 0, s3Status(err, what)
+		} else if !empty {
 			return 0, status.Errorf(codes.AlreadyExists, "bucket %q already exists with data and was not made by objfuse; use a static PersistentVolume to mount it", bucket)
 		}
 		// An empty, untagged bucket: an earlier call made it and failed
 		// before tagging. Finish the job.
 	}
-	t, err := tags.NewTags(map[string]string{tagVolume: tagValue(name), tagCapacity: strconv.FormatInt(capacity, 10)}, false)
-	if err != nil {
-		return 0, status.Errorf(codes.Internal, "%s: tags: %v", what, err)
-	}
-	if err := c.SetBucketTagging(ctx, bucket, t); err != nil {
-		return 0, s3Status(err, s.Endpoint, what+": tag it")
+	if err := a.SetBucketTags(ctx, bucket, map[string]string{tagVolume: tagValue(name), tagCapacity: strconv.FormatInt(capacity, 10)}); err != nil {
+		return 0, s3Status(err, what+": tag it")
 	}
 	d.log.Info("created bucket", "bucket", bucket, "volume", name, "capacity", capacity)
 	return capacity, nil
@@ -212,44 +206,34 @@ func tagValue(name string) string {
 	return name[:200] + "-" + volume.Key(name)
 }
 
-func (d *Driver) bucketEmpty(ctx context.Context, c *minio.Client, bucket string) bool {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{MaxKeys: 1, Recursive: true}) {
-		return false
-	}
-	return true
-}
-
 // createPrefix makes the volume's marker object in a shared bucket, or
-// recognises it as made before for the same volume name.
-func (d *Driver) createPrefix(ctx context.Context, c *minio.Client, s volume.S3, bucket, prefix, name string, capacity int64) (int64, error) {
+// recognises it as made before for the same volume name. The shared
+// bucket is the admin's to make: missing, it is FailedPrecondition.
+func (d *Driver) createPrefix(ctx context.Context, a *s3store.Admin, bucket, prefix, name string, capacity int64) (int64, error) {
 	what := fmt.Sprintf("create prefix %q in bucket %q for volume %q", prefix, bucket, name)
-	info, err := c.StatObject(ctx, bucket, prefix, minio.StatObjectOptions{})
+	noBucket := func(err error) error {
+		if errors.Is(err, store.ErrNoBucket) {
+			return status.Errorf(codes.FailedPrecondition, "%s: the shared bucket %q does not exist at %s: create it first", what, bucket, a.Endpoint())
+		}
+		return s3Status(err, what)
+	}
+	meta, err := a.Marker(ctx, bucket, prefix)
 	switch {
 	case err == nil:
-		owner := info.UserMetadata[metaVolume]
+		owner := meta[metaVolume]
 		if owner != tagValue(name) {
 			return 0, status.Errorf(codes.AlreadyExists, "prefix %q in bucket %q already exists and belongs to %q", prefix, bucket, owner)
 		}
-		recorded, _ := strconv.ParseInt(info.UserMetadata[metaCap], 10, 64)
+		recorded, _ := strconv.ParseInt(meta[metaCap], 10, 64)
 		if recorded != capacity {
 			return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d, not %d", name, recorded, capacity)
 		}
 		return capacity, nil
-	case minio.ToErrorResponse(err).Code == "NoSuchBucket":
-		return 0, status.Errorf(codes.FailedPrecondition, "%s: the shared bucket %q does not exist at %s: create it first", what, bucket, s.Endpoint)
-	case minio.ToErrorResponse(err).StatusCode != 404:
-		return 0, s3Status(err, s.Endpoint, what)
+	case !errors.Is(err, store.ErrNotExist):
+		return 0, noBucket(err)
 	}
-	_, err = c.PutObject(ctx, bucket, prefix, strings.NewReader(""), 0, minio.PutObjectOptions{
-		UserMetadata: map[string]string{metaVolume: tagValue(name), metaCap: strconv.FormatInt(capacity, 10)},
-	})
-	if err != nil {
-		if minio.ToErrorResponse(err).Code == "NoSuchBucket" {
-			return 0, status.Errorf(codes.FailedPrecondition, "%s: the shared bucket %q does not exist at %s: create it first", what, bucket, s.Endpoint)
-		}
-		return 0, s3Status(err, s.Endpoint, what)
+	if err := a.PutMarker(ctx, bucket, prefix, map[string]string{metaVolume: tagValue(name), metaCap: strconv.FormatInt(capacity, 10)}); err != nil {
+		return 0, noBucket(err)
 	}
 	d.log.Info("created prefix", "bucket", bucket, "prefix", prefix, "volume", name, "capacity", capacity)
 	return capacity, nil
@@ -269,15 +253,15 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	c, err := d.s3Client(id.S3, creds)
+	a, err := d.s3Admin(id.S3, creds)
 	if err != nil {
 		return nil, err
 	}
 	defer d.locks.lock("create/" + req.GetVolumeId())()
 	if id.Prefix == "" {
-		err = d.deleteBucket(ctx, c, id)
+		err = d.deleteBucket(ctx, a, id)
 	} else {
-		err = d.deletePrefix(ctx, c, id)
+		err = d.deletePrefix(ctx, a, id)
 	}
 	if err != nil {
 		return nil, err
@@ -285,97 +269,60 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-func (d *Driver) deleteBucket(ctx context.Context, c *minio.Client, id volume.ID) error {
+// deleteBucket deletes the volume's bucket if objfuse made it (its tags
+// say); a bucket gone already is success.
+func (d *Driver) deleteBucket(ctx context.Context, a *s3store.Admin, id volume.ID) error {
 	what := fmt.Sprintf("delete bucket %q", id.Bucket)
-	t, err := c.GetBucketTagging(ctx, id.Bucket)
-	switch code := minio.ToErrorResponse(err).Code; {
-	case code == "NoSuchBucket":
-		return nil
-	case code == "NoSuchTagSet":
-		// MinIO answers so for a bucket deleted a moment ago, too (a
-		// repeated DeleteVolume): only warn about one that is there.
-		if ok, err := c.BucketExists(ctx, id.Bucket); err == nil && !ok {
-			return nil
-		}
-		d.log.Warn("delete: bucket has no objfuse tags; leaving it and its data", "bucket", id.Bucket)
+	t, err := a.BucketTags(ctx, id.Bucket)
+	switch {
+	case errors.Is(err, store.ErrNoBucket):
 		return nil
 	case err != nil:
-		return s3Status(err, id.S3.Endpoint, what)
-	}
-	if t.ToMap()[tagVolume] == "" {
+		return s3Status(err, what)
+	case t[tagVolume] == "":
+		// MinIO answers "no tags" for a bucket deleted a moment ago,
+		// too (a repeated DeleteVolume): only warn about one that is there.
+		if ok, err := a.BucketExists(ctx, id.Bucket); err == nil && !ok {
+			return nil
+		}
 		d.log.Warn("delete: bucket was not made by objfuse; leaving it and its data", "bucket", id.Bucket)
 		return nil
 	}
-	if err := removeAll(ctx, c, id.Bucket, ""); err != nil {
-		return s3Status(err, id.S3.Endpoint, what+": remove objects")
+	if err := a.RemoveAll(ctx, id.Bucket, ""); err != nil {
+		return s3Status(err, what+": remove objects")
 	}
-	if err := c.RemoveBucket(ctx, id.Bucket); err != nil && minio.ToErrorResponse(err).Code != "NoSuchBucket" {
-		return s3Status(err, id.S3.Endpoint, what)
+	if err := a.RemoveBucket(ctx, id.Bucket); err != nil && !errors.Is(err, store.ErrNoBucket) {
+		return s3Status(err, what)
 	}
 	d.log.Info("deleted bucket", "bucket", id.Bucket)
 	return nil
 }
 
-func (d *Driver) deletePrefix(ctx context.Context, c *minio.Client, id volume.ID) error {
+// deletePrefix deletes the volume's objects in a shared bucket, its
+// marker last; without the marker (or the bucket) it is gone already.
+func (d *Driver) deletePrefix(ctx context.Context, a *s3store.Admin, id volume.ID) error {
 	what := fmt.Sprintf("delete prefix %q in bucket %q", id.Prefix, id.Bucket)
-	_, err := c.StatObject(ctx, id.Bucket, id.Prefix, minio.StatObjectOptions{})
-	if resp := minio.ToErrorResponse(err); resp.Code == "NoSuchBucket" || resp.StatusCode == 404 {
-		// The marker goes last: without it the volume is already deleted.
+	_, err := a.Marker(ctx, id.Bucket, id.Prefix)
+	switch {
+	case errors.Is(err, store.ErrNotExist) || errors.Is(err, store.ErrNoBucket):
 		return nil
-	} else if err != nil {
-		return s3Status(err, id.S3.Endpoint, what)
+	case err != nil:
+		return s3Status(err, what)
 	}
-	if err := removeAll(ctx, c, id.Bucket, id.Prefix); err != nil {
-		return s3Status(err, id.S3.Endpoint, what)
+	if err := a.RemoveAll(ctx, id.Bucket, id.Prefix); err != nil {
+		return s3Status(err, what)
 	}
 	d.log.Info("deleted prefix", "bucket", id.Bucket, "prefix", id.Prefix)
 	return nil
 }
 
-// removeAll deletes every object under prefix, the prefix's own marker last.
-func removeAll(ctx context.Context, c *minio.Client, bucket, prefix string) error {
-	objects := make(chan minio.ObjectInfo)
-	var listErr error
-	go func() {
-		defer close(objects)
-		for o := range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-			if o.Err != nil {
-				listErr = o.Err
-				return
-			}
-			if o.Key == prefix {
-				continue
-			}
-			select {
-			case objects <- o:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for r := range c.RemoveObjects(ctx, bucket, objects, minio.RemoveObjectsOptions{}) {
-		if r.Err != nil && minio.ToErrorResponse(r.Err).Code != "NoSuchKey" {
-			return fmt.Errorf("remove %s: %w", r.ObjectName, r.Err)
-		}
-	}
-	if listErr != nil {
-		return listErr
-	}
-	if prefix != "" {
-		if err := c.RemoveObject(ctx, bucket, prefix, minio.RemoveObjectOptions{}); err != nil && minio.ToErrorResponse(err).Code != "NoSuchKey" {
-			return err
-		}
-	}
-	return nil
-}
-
 // volumeExists says whether id's bucket (and marker, for a prefix) exists.
-func volumeExists(ctx context.Context, c *minio.Client, id volume.ID) (bool, error) {
+func volumeExists(ctx context.Context, a *s3store.Admin, id volume.ID) (bool, error) {
 	if id.Prefix == "" {
-		return c.BucketExists(ctx, id.Bucket)
+		return a.BucketExists(ctx, id.Bucket)
 	}
-	_, err := c.StatObject(ctx, id.Bucket, id.Prefix, minio.StatObjectOptions{})
-	if resp := minio.ToErrorResponse(err); resp.Code == "NoSuchBucket" || resp.StatusCode == 404 {
+	_, err := a.Marker(ctx, id.Bucket, id.Prefix)
+	if errors.Is(err, store.ErrNotExist) || errors.Is(err, store.ErrNoBucket) {
 		return false, nil
 	}
 	return err == nil, err
@@ -411,13 +358,13 @@ func (d *Driver) checkExists(ctx context.Context, id volume.ID, secrets map[stri
 	if err != nil {
 		return err
 	}
-	c, err := d.s3Client(id.S3, creds)
+	a, err := d.s3Admin(id.S3, creds)
 	if err != nil {
 		return err
 	}
-	ok, err := volumeExists(ctx, c, id)
+	ok, err := volumeExists(ctx, a, id)
 	if err != nil {
-		return s3Status(err, id.S3.Endpoint, "look up volume "+volumeID)
+		return s3Status(err, "look up volume "+volumeID)
 	}
 	if !ok {
 		return status.Errorf(codes.NotFound, "volume %q: bucket %q (prefix %q) does not exist at %s", volumeID, id.Bucket, id.Prefix, id.S3.Endpoint)
@@ -437,32 +384,27 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 			return nil, status.Errorf(codes.Aborted, "starting token %q was not made by this driver's ListVolumes", tok)
 		}
 	}
-	c, err := d.defaultClient()
+	a, s, err := d.defaultAdmin()
 	if err != nil {
 		return nil, err
 	}
-	def := d.opts.S3Defaults
-	s := volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}
-	buckets, err := c.ListBuckets(ctx)
+	buckets, err := a.Buckets(ctx)
 	if err != nil {
-		return nil, s3Status(err, s.Endpoint, "list buckets")
+		return nil, s3Status(err, "list buckets")
 	}
 	var entries []*csi.ListVolumesResponse_Entry
 	for _, b := range buckets {
-		t, err := c.GetBucketTagging(ctx, b.Name)
-		if err != nil {
-			code := minio.ToErrorResponse(err).Code
-			if code == "NoSuchTagSet" || code == "NoSuchBucket" {
-				continue
-			}
-			return nil, s3Status(err, s.Endpoint, "list volumes: tags of "+b.Name)
-		}
-		m := t.ToMap()
-		if m[tagVolume] == "" {
+		m, err := a.BucketTags(ctx, b)
+		switch {
+		case errors.Is(err, store.ErrNoBucket):
+			continue // deleted since the listing
+		case err != nil:
+			return nil, s3Status(err, "list volumes: tags of "+b)
+		case m[tagVolume] == "":
 			continue
 		}
 		capacity, _ := strconv.ParseInt(m[tagCapacity], 10, 64)
-		id := volume.ID{S3: s, Bucket: b.Name}
+		id := volume.ID{S3: s, Bucket: b}
 		entries = append(entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: capacity}})
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Volume.VolumeId < entries[j].Volume.VolumeId })

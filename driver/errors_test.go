@@ -46,7 +46,7 @@ func TestUserMistakes(t *testing.T) {
 		// The driver has credentials of its own, which serve volumes only
 		// when its admin says so.
 		{"no secret", nil, nil, false, codes.InvalidArgument, []string{"no S3 credentials", "provisioner-secret-name", "--s3-credentials-for-volumes"}},
-		{"wrong credentials", nil, wrongCreds, false, codes.PermissionDenied, []string{"rejected the credentials", "InvalidAccessKeyId"}},
+		{"wrong credentials", nil, wrongCreds, false, codes.PermissionDenied, []string{"does not know the access key (InvalidAccessKeyId)", "check accessKeyID and secretAccessKey in the Secret"}},
 		{"unreachable endpoint", map[string]string{"endpoint": "http://127.0.0.1:1"}, good, false, codes.Unavailable, []string{"cannot reach S3 endpoint http://127.0.0.1:1"}},
 		{"missing shared bucket", map[string]string{"bucket": "no-such-shared-bucket"}, good, false, codes.FailedPrecondition, []string{`"no-such-shared-bucket" does not exist`, "create it first"}},
 	}

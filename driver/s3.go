@@ -2,13 +2,9 @@ package driver
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 
-	"github.com/minio/minio-go/v7"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -77,9 +73,9 @@ func joinPEM(a, b []byte) []byte {
 	return append(out, b...)
 }
 
-// s3Client connects to a volume's endpoint with creds.
-func (d *Driver) s3Client(s volume.S3, creds map[string][]byte) (*minio.Client, error) {
-	c, err := s3store.NewClient(s3store.Config{
+// s3Admin connects to a volume's endpoint with creds.
+func (d *Driver) s3Admin(s volume.S3, creds map[string][]byte) (*s3store.Admin, error) {
+	a, err := s3store.NewAdmin(s3store.Config{
 		Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle,
 		MaxRetries: 2,
 		Keys: &s3store.Keys{
@@ -92,22 +88,25 @@ func (d *Driver) s3Client(s volume.S3, creds map[string][]byte) (*minio.Client, 
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "S3 endpoint %s: %v", s.Endpoint, err)
 	}
-	return c, nil
+	return a, nil
 }
 
-// defaultClient is the driver's own S3 client, for ListVolumes and Probe.
-func (d *Driver) defaultClient() (*minio.Client, error) {
-	if d.opts.S3Defaults.Endpoint == "" || d.opts.DefaultCredentialsDir == "" {
-		return nil, status.Error(codes.FailedPrecondition, "the driver has no default S3 endpoint and credentials (--s3-endpoint, --s3-credentials-dir)")
+// defaultAdmin is the driver's own S3 client, for ListVolumes and Probe,
+// and the S3 settings it was made with.
+func (d *Driver) defaultAdmin() (*s3store.Admin, volume.S3, error) {
+	def := d.opts.S3Defaults
+	s := volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}
+	if def.Endpoint == "" || d.opts.DefaultCredentialsDir == "" {
+		return nil, s, status.Error(codes.FailedPrecondition, "the driver has no default S3 endpoint and credentials (--s3-endpoint, --s3-credentials-dir)")
 	}
 	creds := d.defaultCredentials()
 	for _, k := range []string{s3store.AccessKeyFile, s3store.SecretKeyFile} {
 		if len(creds[k]) == 0 {
-			return nil, status.Errorf(codes.FailedPrecondition, "the driver's --s3-credentials-dir has no file %s", k)
+			return nil, s, status.Errorf(codes.FailedPrecondition, "the driver's --s3-credentials-dir has no file %s", k)
 		}
 	}
-	def := d.opts.S3Defaults
-	return d.s3Client(volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}, creds)
+	a, err := d.s3Admin(s, creds)
+	return a, s, err
 }
 
 func regionOr(r string) string {
@@ -119,55 +118,9 @@ func regionOr(r string) string {
 
 // endpointAnswers is nil when the default endpoint gives any S3 answer.
 func (d *Driver) endpointAnswers(ctx context.Context) error {
-	c, err := d.defaultClient()
+	a, _, err := d.defaultAdmin()
 	if err != nil {
 		return err
 	}
-	_, err = c.ListBuckets(ctx)
-	if err == nil || minio.ToErrorResponse(err).Code != "" {
-		return nil
-	}
-	return err
-}
-
-// s3Status turns an S3 failure into a gRPC status a user can act on: the
-// code tells the sidecars whether to retry, the message what to fix.
-func s3Status(err error, endpoint, what string) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err // already explained
-	}
-	if why, ok := s3store.ExplainTLS(err, endpoint); ok {
-		return status.Errorf(codes.FailedPrecondition, "%s: %s", what, why)
-	}
-	if why, ok := s3store.ExplainRegion(err); ok {
-		return status.Errorf(codes.InvalidArgument, "%s at %s: %s", what, endpoint, why)
-	}
-	resp := minio.ToErrorResponse(err)
-	msg := fmt.Sprintf("%s at %s: %s", what, endpoint, err)
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Errorf(codes.DeadlineExceeded, "%s at %s: no answer in time", what, endpoint)
-	case errors.Is(err, context.Canceled):
-		return status.Errorf(codes.Canceled, "%s: canceled", what)
-	case resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
-		return status.Errorf(codes.PermissionDenied, "%s: %s rejected the credentials (%s): check accessKeyID and secretAccessKey in the Secret", what, endpoint, resp.Code)
-	case resp.Code == "AccessDenied" || resp.StatusCode == http.StatusForbidden:
-		return status.Errorf(codes.PermissionDenied, "%s: %s denied access (%s): check the credentials and their policy", what, endpoint, resp.Code)
-	case resp.Code == "NoSuchBucket":
-		return status.Errorf(codes.NotFound, "%s: bucket %q does not exist at %s", what, resp.BucketName, endpoint)
-	case resp.Code == "InvalidBucketName":
-		return status.Errorf(codes.InvalidArgument, "%s: %s", what, resp.Message)
-	case resp.Code == "BucketAlreadyExists":
-		return status.Errorf(codes.AlreadyExists, "%s: bucket name %q is taken by another account; use a shared bucket (parameter \"bucket\")", what, resp.BucketName)
-	case resp.Code == "TooManyBuckets":
-		return status.Errorf(codes.ResourceExhausted, "%s: %s has too many buckets; use a shared bucket (parameter \"bucket\")", what, endpoint)
-	case resp.Code == "BucketNotEmpty":
-		return status.Errorf(codes.FailedPrecondition, "%s", msg)
-	case resp.Code == "" || resp.StatusCode >= 500:
-		return status.Errorf(codes.Unavailable, "%s: cannot reach S3 endpoint %s: %v", what, endpoint, err)
-	}
-	return status.Errorf(codes.Internal, "%s", msg)
+	return a.Answers(ctx)
 }

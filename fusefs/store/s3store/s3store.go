@@ -135,35 +135,7 @@ func (s *Store) listOne(ctx context.Context) error {
 
 // explain turns a failed request into a message a user can act on.
 func (s *Store) explain(err error) error {
-	if err == nil {
-		return nil
-	}
-	ep := s.client.EndpointURL().String()
-	if msg, ok := ExplainTLS(err, ep); ok {
-		return fmt.Errorf("%s: %w", msg, store.ErrUnavailable)
-	}
-	if msg, ok := ExplainRegion(err); ok {
-		return fmt.Errorf("%s: bucket %q: %s: %w", ep, s.bucket, msg, store.ErrInvalid)
-	}
-	resp := minio.ToErrorResponse(err)
-	switch {
-	case resp.Code == "InvalidBucketName":
-		return fmt.Errorf("bucket name %q is not valid: %s: %w", s.bucket, resp.Message, store.ErrInvalid)
-	case resp.Code == "NoSuchBucket":
-		return fmt.Errorf("bucket %q does not exist at %s: %w", s.bucket, ep, store.ErrNoBucket)
-	case resp.Code == "InvalidAccessKeyId":
-		return fmt.Errorf("%s does not know the access key (InvalidAccessKeyId): check the credentials: %w", ep, store.ErrAccess)
-	case resp.Code == "SignatureDoesNotMatch":
-		return fmt.Errorf("%s rejected the secret key (SignatureDoesNotMatch): check the credentials: %w", ep, store.ErrAccess)
-	case resp.Code == "AccessDenied" || resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("%s denied access to bucket %q (AccessDenied): check the credentials and bucket policy: %w", ep, s.bucket, store.ErrAccess)
-	case resp.Code != "" && resp.StatusCode != 0:
-		return fmt.Errorf("%s: bucket %q: %s (%s): %w", ep, s.bucket, resp.Message, resp.Code, mapErr(err))
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("cannot reach S3 endpoint %s: no answer in time: %w", ep, store.ErrUnavailable)
-	}
-	return fmt.Errorf("cannot reach S3 endpoint %s: %v: %w", ep, err, store.ErrUnavailable)
+	return explain(err, s.client.EndpointURL().String(), s.bucket)
 }
 
 // mapErr wraps err with the store error it stands for.
