@@ -45,10 +45,10 @@ type fileNode struct {
 	// object replaced by a version this mount did not write: a handle
 	// opened before keeps reading its own version (handle.pin).
 	replacedElsewhere uint64
-	// reading is the version a READ was last answered from while it was
-	// the node's, at readingAt: see shownLocked.
-	reading   attrs
-	readingAt time.Time
+	// shown is the version whose attributes the kernel was last told
+	// (see shownLocked); handles are the open ones.
+	shown   attrs
+	handles map[*handle]struct{}
 
 	stream  *stream
 	staging *stagingFile
@@ -308,33 +308,44 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 func (n *fileNode) fillAttr(out *fuse.Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	a := n.shownLocked()
-	a.fill(out)
-	n.kernelSize = a.size
+	n.tellLocked(n.shownLocked(), out)
 }
 
-// readingHold is how long after its last READ a version that another
-// client has replaced stays the one the kernel is told of (shownLocked).
-const readingHold = time.Second
+// tellLocked fills out with a, and remembers that the kernel has it.
+func (n *fileNode) tellLocked(a attrs, out *fuse.Attr) {
+	a.fill(out)
+	n.shown, n.kernelSize = a, a.size
+}
 
 // shownLocked is the version the kernel is told of: the node's, unless
-// handles here are reading one that another client has replaced since
-// (a READ answered from it within readingHold) and no open has come
-// since. Told of the new version's size, the kernel would end those
-// handles' reads where the new version ends, without asking the mount:
-// bytes of one version, cut short, as if the file had ended. Told of
-// theirs, they read on what the page cache holds of it, then fail with
-// ESTALE where the mount is asked. A new open ends the hold (openHandle):
+// another client replaced the one the kernel was told of last by a
+// shorter version while every open handle here is on the old one and
+// some have read from it. Told of the shorter size, the kernel would end
+// those handles' reads where the new version ends, without asking the
+// mount: bytes of one version, cut short, as if the file had ended. Told
+// of theirs, they read on what the page cache holds of it, then fail with
+// ESTALE where the mount is asked. A handle on another version (one
+// opened since, or one that had not read and moved on) ends the hold:
 // the page cache and the size, one of each per inode, go to the version
-// the store holds.
+// the store holds (openHandle tells the kernel to ask again).
 func (n *fileNode) shownLocked() attrs {
 	a := n.attr
 	a.size = n.size()
-	held := n.reading.etag != "" && n.reading.etag != a.etag && !n.ownVersion(a.etag)
-	if n.local() || n.opens == 0 || !held || time.Since(n.readingAt) > readingHold {
+	old := n.shown
+	if n.local() || old.etag == "" || old.etag == a.etag || old.size <= a.size || n.ownVersion(a.etag) {
 		return a
 	}
-	return n.reading
+	held := false
+	for h := range n.handles {
+		if h.pin.etag != old.etag {
+			return a
+		}
+		held = held || h.pin.used
+	}
+	if held {
+		return old
+	}
+	return a
 }
 
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -373,10 +384,10 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 		}
 		n.attr, n.attrAt = a, time.Now()
 	}
+	// A change here makes the version this mount's own: no hold.
 	a = n.attr
 	a.size = n.size()
-	a.fill(&out.Attr)
-	n.kernelSize = a.size
+	n.tellLocked(a, &out.Attr)
 	return 0
 }
 
@@ -463,13 +474,6 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if writable {
 		n.writers++
 	}
-	if n.shownLocked().etag != n.attr.etag {
-		// The kernel holds the attributes of a version another client
-		// replaced: the new handle reads the store's, and must not stop
-		// at the old one's end.
-		n.NotifyContent(-1, 0) // the attributes only: no page lock taken
-	}
-	n.reading = attrs{}
 	var fuseFlags uint32
 	if !n.local() && n.attr.etag != "" && n.attr.etag == n.cachedETag {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
@@ -479,6 +483,17 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	}
 	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
+	if n.handles == nil {
+		n.handles = map[*handle]struct{}{}
+	}
+	n.handles[h] = struct{}{}
+	if !n.local() && n.kernelSize != n.attr.size {
+		// The kernel has the size of another version (held for handles
+		// reading it, or told before another client replaced it): the
+		// new handle reads the store's, and must not stop at the old
+		// one's end nor be answered short of it.
+		n.NotifyContent(-1, 0) // the attributes only: no page lock taken
+	}
 	// With the pages kept, the kernel may answer reads from this version
 	// without asking: the handle has read from it.
 	h.pin.used = fuseFlags&fuse.FOPEN_KEEP_CACHE != 0
@@ -584,11 +599,12 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 
 // release ends one open. The last close drops local content: anything not
 // uploaded by then was reported to the writer by flush.
-func (n *fileNode) release(writable bool) {
+func (n *fileNode) release(h *handle) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	delete(n.handles, h)
 	n.opens--
-	if writable {
+	if h.writable {
 		n.writers--
 	}
 	if n.opens > 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -27,9 +26,10 @@ type handle struct {
 // writes replace the pin, as POSIX makes one file's writes visible to
 // every reader at once; a version found written elsewhere does not.
 type pin struct {
-	attrs        // of the version
-	seen  uint64 // the node's replacedElsewhere when the pin was taken
-	used  bool   // a READ was answered from this version
+	etag string
+	size int64
+	seen uint64 // the node's replacedElsewhere when the pin was taken
+	used bool   // a READ was answered from this version
 	// moves counts the pin's moves (repin, follow): a READ that ran
 	// beside one read the version the handle left, whose bytes it must
 	// not return.
@@ -45,7 +45,7 @@ func (p *pin) follow(n *fileNode) {
 	if p.etag != n.attr.etag {
 		p.moves++ // a READ of the old one under way must not answer
 	}
-	p.attrs, p.seen = n.attr, n.replacedElsewhere
+	p.etag, p.size, p.seen = n.attr.etag, n.attr.size, n.replacedElsewhere
 }
 
 var (
@@ -140,8 +140,6 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			// The page cache, one per inode, now holds bytes of another
 			// version than the node's: the next open must drop them.
 			n.cachedETag = ""
-		} else {
-			n.reading, n.readingAt = n.attr, time.Now()
 		}
 		n.mu.Unlock()
 		n.fsys.stats.BytesRead.Add(int64(k))
@@ -203,7 +201,7 @@ func (h *handle) repin(ctx context.Context, key string, from pin) (pin, bool) {
 	if h.pin.used && !n.ownVersion(n.attr.etag) {
 		return pin{}, false
 	}
-	h.pin = pin{attrs: n.attr, seen: n.replacedElsewhere, used: h.pin.used, moves: h.pin.moves + 1}
+	h.pin = pin{etag: n.attr.etag, size: n.attr.size, seen: n.replacedElsewhere, used: h.pin.used, moves: h.pin.moves + 1}
 	return h.pin, true
 }
 
@@ -331,6 +329,6 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.r.close()
-	h.node.release(h.writable)
+	h.node.release(h)
 	return 0
 }

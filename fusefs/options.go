@@ -97,25 +97,25 @@ const DefaultStagingLimit = limits.DefaultStagingLimit
 // WithDefaults returns o with every unset field set to its default.
 func (o Options) WithDefaults() Options {
 	if o.FileMode == 0 {
-		o.FileMode = 0o644
+		o.FileMode = limits.DefaultFileMode
 	}
 	if o.DirMode == 0 {
-		o.DirMode = 0o755
+		o.DirMode = limits.DefaultDirMode
 	}
 	if o.StatTTL == 0 {
-		o.StatTTL = time.Second
+		o.StatTTL = limits.DefaultStatTTL
 	}
 	if o.ListTTL == 0 {
-		o.ListTTL = time.Second
+		o.ListTTL = limits.DefaultListTTL
 	}
 	if o.PartSize == 0 {
-		o.PartSize = 8 << 20
+		o.PartSize = limits.DefaultPartSize
 	}
 	if o.Concurrency == 0 {
-		o.Concurrency = 4
+		o.Concurrency = limits.DefaultConcurrency
 	}
 	if o.MemoryLimit == 0 {
-		o.MemoryLimit = 64 << 20
+		o.MemoryLimit = limits.DefaultMemoryLimit
 	}
 	if o.StagingDir == "" {
 		o.StagingDir = os.TempDir()

@@ -474,44 +474,49 @@ func TestAppendGoesAtTheEndOfTheVersionThere(t *testing.T) {
 // one does not find its file ended early: a stat (or the kernel's own
 // attribute check before a read) while it reads must not tell the
 // kernel the new, shorter size, which would end the handle's read(2)
-// where the new version ends, without asking the mount. It reads on
-// in its version or fails with ESTALE.
+// where the new version ends, without asking the mount. It reads on in
+// its version or fails with ESTALE. A handle opened meanwhile reads the
+// new version whole, shorter or longer: neither cut at the old size nor
+// answered short of it.
 func TestAReplacedVersionDoesNotCutAReadShort(t *testing.T) {
 	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			const size, half = 2 << 20, 1 << 20
-			st := b.fresh(t)
-			v1, v2 := randomBytes(size), randomBytes(64<<10)
-			put(t, st, "f", v1)
-			// Every stat asks the store, so the mount learns of v2 at once.
-			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
-			path := filepath.Join(dir, "f")
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			p := make([]byte, half)
-			if _, err := io.ReadFull(f, p); err != nil || !bytes.Equal(p, v1[:half]) {
-				t.Fatalf("first half: %v, v1's bytes %v", err, bytes.Equal(p, v1[:half]))
-			}
-			put(t, st, "f", v2)
-			if _, err := os.Stat(path); err != nil {
-				t.Fatal(err)
-			}
-			k, err := io.ReadFull(f, p)
-			switch {
-			case errors.Is(err, syscall.ESTALE):
-			case err != nil && k == 0:
-				t.Fatalf("second half: %v after %d bytes, want v1's bytes or ESTALE", err, k)
-			case !bytes.Equal(p[:k], v1[half:half+k]):
-				t.Fatal("the handle opened on v1 read bytes of another version")
-			case k < half:
-				t.Fatalf("the read ended %d bytes into the second half: %v", k, err)
-			}
-			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, v2) {
-				t.Fatalf("a new open: %v, v2's bytes %v", err, bytes.Equal(got, v2))
-			}
-		})
+		for _, newSize := range []int{64 << 10, 3 << 20} {
+			t.Run(b.name+"/"+strconv.Itoa(newSize), func(t *testing.T) {
+				const size, half = 2 << 20, 1 << 20
+				st := b.fresh(t)
+				v1, v2 := randomBytes(size), randomBytes(newSize)
+				put(t, st, "f", v1)
+				// Every stat asks the store, so the mount learns of v2 at once.
+				dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
+				path := filepath.Join(dir, "f")
+				f, err := os.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				p := make([]byte, half)
+				if _, err := io.ReadFull(f, p); err != nil || !bytes.Equal(p, v1[:half]) {
+					t.Fatalf("first half: %v, v1's bytes %v", err, bytes.Equal(p, v1[:half]))
+				}
+				put(t, st, "f", v2)
+				if _, err := os.Stat(path); err != nil {
+					t.Fatal(err)
+				}
+				k, err := io.ReadFull(f, p)
+				switch {
+				case errors.Is(err, syscall.ESTALE):
+				case err != nil && k == 0:
+					t.Fatalf("second half: %v after %d bytes, want v1's bytes or ESTALE", err, k)
+				case !bytes.Equal(p[:k], v1[half:half+k]):
+					t.Fatal("the handle opened on v1 read bytes of another version")
+				case k < half:
+					t.Fatalf("the read ended %d bytes into the second half: %v", k, err)
+				}
+				// f is still open on v1.
+				if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, v2) {
+					t.Fatalf("a new open: %v, %d bytes, v2's %v", err, len(got), bytes.Equal(got, v2))
+				}
+			})
+		}
 	}
 }

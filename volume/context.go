@@ -43,7 +43,7 @@ func FromContext(volumeID string, ctx map[string]string, def Defaults) (Volume, 
 			return Volume{}, fmt.Errorf("%v, and its volume attributes name no %q", err, ParamBucket)
 		}
 		// Keep the mount options the context may still carry.
-		m, err := parseMount(ctx)
+		m, err := ParseMountOptions(ctx)
 		if err != nil {
 			return Volume{}, err
 		}

@@ -46,7 +46,7 @@ func FuzzParseParams(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := parseMount(p.Mount.Map())
+		again, err := ParseMountOptions(p.Mount.Map())
 		if err != nil || !reflect.DeepEqual(again, p.Mount) {
 			t.Fatalf("%s=%q: mount options %+v render to %v, which parse to %+v (%v)", key, value, p.Mount, p.Mount.Map(), again, err)
 		}

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Parameter names, the same in a StorageClass's parameters, a static PV's
@@ -77,19 +76,6 @@ type S3 struct {
 	PathStyle bool
 }
 
-// MountOptions tune the FUSE filesystem; zero values keep objfuse-mount's defaults.
-type MountOptions struct {
-	UID, GID          *uint32
-	FileMode, DirMode string // octal, as objfuse-mount takes them
-	StatTTL, ListTTL  time.Duration
-	AsyncClose        bool
-	NoBatching        bool
-	PartSizeMiB       int
-	Concurrency       int
-	MemoryLimitMiB    int
-	ReadCacheMiB      int
-}
-
 // MounterResources override the mounter pod template's resources.
 type MounterResources struct {
 	MemoryLimit string // a Kubernetes quantity, e.g. "512Mi"
@@ -115,13 +101,18 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("parameter %q=%q: %s", e.Param, e.Value, e.Reason)
 }
 
-// known are the parameters a StorageClass may set.
-var known = map[string]bool{
-	ParamEndpoint: true, ParamRegion: true, ParamPathStyle: true, ParamBucket: true, ParamPrefix: true,
-	ParamUID: true, ParamGID: true, ParamFileMode: true, ParamDirMode: true, ParamStatTTL: true,
-	ParamListTTL: true, ParamAsyncClose: true, ParamBatchSmallUploads: true, ParamPartSizeMiB: true, ParamConcurrency: true,
-	ParamMemoryLimitMiB: true, ParamReadCacheMiB: true, ParamMounterMemoryLimit: true, ParamMounterCPURequest: true,
-}
+// known are the parameters a StorageClass may set: where the volume is,
+// the mount options (MountOptionTable) and the mounter pod's resources.
+var known = func() map[string]bool {
+	k := map[string]bool{
+		ParamEndpoint: true, ParamRegion: true, ParamPathStyle: true, ParamBucket: true, ParamPrefix: true,
+		ParamMounterMemoryLimit: true, ParamMounterCPURequest: true,
+	}
+	for _, o := range MountOptionTable {
+		k[o.Param] = true
+	}
+	return k
+}()
 
 // KnownParams lists the parameters a StorageClass may set, for messages.
 func KnownParams() []string {
@@ -162,7 +153,7 @@ func ParseParams(in map[string]string, def Defaults) (Params, error) {
 		}
 		p.BasePrefix = clean
 	}
-	if p.Mount, err = parseMount(in); err != nil {
+	if p.Mount, err = ParseMountOptions(in); err != nil {
 		return Params{}, err
 	}
 	p.Mounter = MounterResources{MemoryLimit: in[ParamMounterMemoryLimit], CPURequest: in[ParamMounterCPURequest]}
@@ -216,125 +207,11 @@ func validateEndpoint(ep string) error {
 	return nil
 }
 
-func parseMount(in map[string]string) (MountOptions, error) {
-	var m MountOptions
-	for _, id := range []struct {
-		name string
-		dst  **uint32
-	}{{ParamUID, &m.UID}, {ParamGID, &m.GID}} {
-		if v, ok := in[id.name]; ok {
-			n, err := strconv.ParseUint(v, 10, 32)
-			if err != nil {
-				return m, &ParseError{Param: id.name, Value: v, Reason: "want a numeric id such as 1000"}
-			}
-			u := uint32(n)
-			*id.dst = &u
-		}
-	}
-	for _, mode := range []struct {
-		name string
-		dst  *string
-	}{{ParamFileMode, &m.FileMode}, {ParamDirMode, &m.DirMode}} {
-		if v, ok := in[mode.name]; ok {
-			n, err := strconv.ParseUint(v, 8, 32)
-			if err != nil || n > 0o777 {
-				return m, &ParseError{Param: mode.name, Value: v, Reason: "want octal permissions such as 0644"}
-			}
-			*mode.dst = fmt.Sprintf("%04o", n)
-		}
-	}
-	for _, ttl := range []struct {
-		name string
-		dst  *time.Duration
-	}{{ParamStatTTL, &m.StatTTL}, {ParamListTTL, &m.ListTTL}} {
-		if v, ok := in[ttl.name]; ok {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 || d > 24*time.Hour {
-				return m, &ParseError{Param: ttl.name, Value: v, Reason: "want a duration between 0s and 24h, such as 1s"}
-			}
-			*ttl.dst = d
-		}
-	}
-	if v, ok := in[ParamAsyncClose]; ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return m, &ParseError{Param: ParamAsyncClose, Value: v, Reason: "want true or false"}
-		}
-		m.AsyncClose = b
-	}
-	if v, ok := in[ParamBatchSmallUploads]; ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return m, &ParseError{Param: ParamBatchSmallUploads, Value: v, Reason: "want true or false"}
-		}
-		m.NoBatching = !b
-	}
-	for _, n := range []struct {
-		name     string
-		dst      *int
-		min, max int
-	}{{ParamPartSizeMiB, &m.PartSizeMiB, 5, 5120}, {ParamConcurrency, &m.Concurrency, 1, 64}, {ParamMemoryLimitMiB, &m.MemoryLimitMiB, 16, 65536}, {ParamReadCacheMiB, &m.ReadCacheMiB, 1, 1 << 20}} {
-		if v, ok := in[n.name]; ok {
-			i, err := strconv.Atoi(v)
-			if err != nil || i < n.min || i > n.max {
-				return m, &ParseError{Param: n.name, Value: v, Reason: fmt.Sprintf("want a whole number from %d to %d", n.min, n.max)}
-			}
-			*n.dst = i
-		}
-	}
-	// objfuse-mount's defaults: 8 MiB parts, 64 MiB of buffers.
-	part, mem := or(m.PartSizeMiB, 8), or(m.MemoryLimitMiB, 64)
-	if mem < 2*part {
-		return m, &ParseError{Param: ParamPartSizeMiB, Value: strconv.Itoa(part), Reason: fmt.Sprintf("memoryLimitMiB (%d) must hold at least two parts", mem)}
-	}
-	return m, nil
-}
-
-func or(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
 // Map renders options back to parameters, for a volume context.
 func (m MountOptions) Map() map[string]string {
-	out := map[string]string{}
-	if m.UID != nil {
-		out[ParamUID] = strconv.FormatUint(uint64(*m.UID), 10)
-	}
-	if m.GID != nil {
-		out[ParamGID] = strconv.FormatUint(uint64(*m.GID), 10)
-	}
-	if m.FileMode != "" {
-		out[ParamFileMode] = m.FileMode
-	}
-	if m.DirMode != "" {
-		out[ParamDirMode] = m.DirMode
-	}
-	if m.StatTTL != 0 {
-		out[ParamStatTTL] = m.StatTTL.String()
-	}
-	if m.ListTTL != 0 {
-		out[ParamListTTL] = m.ListTTL.String()
-	}
-	if m.AsyncClose {
-		out[ParamAsyncClose] = "true"
-	}
-	if m.NoBatching {
-		out[ParamBatchSmallUploads] = "false"
-	}
-	if m.PartSizeMiB != 0 {
-		out[ParamPartSizeMiB] = strconv.Itoa(m.PartSizeMiB)
-	}
-	if m.Concurrency != 0 {
-		out[ParamConcurrency] = strconv.Itoa(m.Concurrency)
-	}
-	if m.MemoryLimitMiB != 0 {
-		out[ParamMemoryLimitMiB] = strconv.Itoa(m.MemoryLimitMiB)
-	}
-	if m.ReadCacheMiB != 0 {
-		out[ParamReadCacheMiB] = strconv.Itoa(m.ReadCacheMiB)
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -73,7 +74,8 @@ func TestParseParams(t *testing.T) {
 		{"bad quantity", map[string]string{"mounterMemoryLimit": "lots"}, "mounterMemoryLimit", ""},
 		{"concurrency too high", map[string]string{"concurrency": "1000"}, "concurrency", ""},
 		{"read cache", map[string]string{"readCacheMiB": "512"}, "", ""},
-		{"read cache zero", map[string]string{"readCacheMiB": "0"}, "readCacheMiB", ""},
+		{"read cache off", map[string]string{"readCacheMiB": "0"}, "", ""},
+		{"read cache negative", map[string]string{"readCacheMiB": "-1"}, "readCacheMiB", ""},
 		{"read cache not a number", map[string]string{"readCacheMiB": "1Gi"}, "readCacheMiB", ""},
 		{"batching off", map[string]string{"batchSmallUploads": "false"}, "", ""},
 		{"batching neither on nor off", map[string]string{"batchSmallUploads": "sometimes"}, "batchSmallUploads", ""},
@@ -94,8 +96,9 @@ func TestParseParams(t *testing.T) {
 	}
 	for v, off := range map[string]bool{"false": true, "true": false} {
 		p, err := ParseParams(map[string]string{"batchSmallUploads": v}, def)
-		if err != nil || p.Mount.NoBatching != off || (p.Mount.Map()["batchSmallUploads"] == "false") != off {
-			t.Errorf("batchSmallUploads=%s: NoBatching %v, context %v (%v)", v, p.Mount.NoBatching, p.Mount.Map(), err)
+		noBatching := slices.Contains(p.Mount.Args(), "--no-batching")
+		if err != nil || noBatching != off || (p.Mount.Map()["batchSmallUploads"] == "false") != off {
+			t.Errorf("batchSmallUploads=%s: --no-batching %v, context %v (%v)", v, noBatching, p.Mount.Map(), err)
 		}
 	}
 	if _, err := ParseParams(nil, Defaults{}); err == nil || !strings.Contains(err.Error(), "--s3-endpoint") {
@@ -117,14 +120,13 @@ func TestIDRoundTrip(t *testing.T) {
 }
 
 func TestContextRoundTrip(t *testing.T) {
-	uid := uint32(1000)
 	v := Volume{ID: ID{S3: S3{Endpoint: "http://m:9000", Region: "us-east-1", PathStyle: true}, Bucket: "shared", Prefix: "v/pvc-1/"},
-		Mount: MountOptions{UID: &uid, FileMode: "0640", AsyncClose: true, NoBatching: true, ReadCacheMiB: 256}}
+		Mount: MountOptions{ParamUID: "1000", ParamFileMode: "0640", ParamAsyncClose: "true", ParamBatchSmallUploads: "false", ParamReadCacheMiB: "256"}}
 	got, err := FromContext("anything", v.Context(), Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != v.ID || *got.Mount.UID != 1000 || got.Mount.FileMode != "0640" || !got.Mount.AsyncClose || !got.Mount.NoBatching || got.Mount.ReadCacheMiB != 256 {
+	if uid, ok := got.Mount.Owner(ParamUID); got.ID != v.ID || !ok || uid != 1000 || got.Mount.Mode(ParamFileMode) != 0o640 || !got.Mount.Bool(ParamAsyncClose) || got.Mount.Bool(ParamBatchSmallUploads) || got.Mount.Int(ParamReadCacheMiB) != 256 {
 		t.Fatalf("round trip: %+v", got)
 	}
 	// What csi-provisioner adds to every volume context.

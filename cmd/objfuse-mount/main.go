@@ -26,6 +26,7 @@ import (
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/runtime"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -44,8 +45,6 @@ type options struct {
 	handoff    string
 	probe      string
 	foreground bool
-	fileMode   string
-	dirMode    string
 	logFormat  string
 	verbose    bool
 	version    bool
@@ -88,22 +87,18 @@ Flags:
 	fl.StringVar(&c.S3.CABundle, "ca-bundle", "", "PEM file of extra CA certificates to trust")
 	fl.StringVar(&c.S3.CredentialsDir, "credentials-dir", "", "directory with accessKeyID and secretAccessKey files")
 	fl.BoolVar(&c.FS.ReadOnly, "read-only", false, "mount read-only")
-	uid := fl.Uint("uid", uint(os.Getuid()), "owner of files without owner metadata")
-	gid := fl.Uint("gid", uint(os.Getgid()), "group of files without group metadata")
-	fl.StringVar(&o.fileMode, "file-mode", "0644", "permissions of files without mode metadata (octal)")
-	fl.StringVar(&o.dirMode, "dir-mode", "0755", "permissions of directories without mode metadata (octal)")
-	fl.DurationVar(&c.FS.StatTTL, "stat-ttl", time.Second, "how long file attributes are cached")
-	fl.DurationVar(&c.FS.ListTTL, "list-ttl", time.Second, "how long directory listings answer lookups")
-	partMiB := fl.Int("part-size-mib", 8, "multipart part size in MiB (5..5120)")
-	fl.IntVar(&c.FS.Concurrency, "concurrency", 4, "parallel part uploads and readahead requests per file")
-	memMiB := fl.Int64("memory-limit-mib", 64, "bound on memory for written data not yet uploaded and for readahead, in MiB (beyond it, writes wait for uploads or go to staging files)")
+	mount := volume.MountOptions{}
+	for _, opt := range volume.MountOptionTable {
+		usage := opt.Usage
+		if opt.Kind == volume.Whole {
+			usage += fmt.Sprintf(" (%d..%d)", opt.Min, opt.Max)
+		}
+		fl.Var(mountFlag{opt, mount}, opt.Flag, usage)
+	}
 	fl.StringVar(&c.FS.StagingDir, "staging-dir", os.TempDir(), "directory for local copies of randomly written files")
 	stagingMiB := fl.Int64("staging-limit-mib", fusefs.DefaultStagingLimit>>20, "bound on the staging directory's use, in MiB")
 	fl.IntVar(&c.FS.MaxInodes, "max-inodes", fusefs.DefaultMaxInodes, "files and directories the mount keeps track of at most (about 1 KiB each); past it, those the kernel has not used longest are handed back to it to forget")
-	fl.BoolVar(&c.FS.AsyncClose, "async-close", false, "return from close(2) before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)")
-	cacheMiB := fl.Int64("read-cache-mib", 0, "keep up to this many MiB of randomly read ranges in local files, so reading them again needs no GET (0: no cache)")
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
-	fl.BoolVar(&c.S3.NoBatching, "no-batching", false, "on MinIO too, upload every small file in a request of its own (by default, small files uploaded at the same time go in one request that MinIO extracts)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
 	fl.DurationVar(&c.DrainTimeout, "drain-timeout", runtime.DefaultDrainTimeout, "after SIGTERM or SIGINT, how long pending uploads may take; what is not uploaded by then is reported lost (a mounter pod gets its grace period less 10 s)")
@@ -135,29 +130,14 @@ Flags:
 	if o.handoff == "" {
 		o.mountpoint = fl.Arg(1)
 	}
-	fm, err := strconv.ParseUint(o.fileMode, 8, 32)
-	if err != nil || fm > 0o777 {
-		return nil, fmt.Errorf("--file-mode %q: want octal permissions such as 0644", o.fileMode)
-	}
-	dm, err := strconv.ParseUint(o.dirMode, 8, 32)
-	if err != nil || dm > 0o777 {
-		return nil, fmt.Errorf("--dir-mode %q: want octal permissions such as 0755", o.dirMode)
-	}
 	if c.DrainTimeout <= 0 {
 		return nil, fmt.Errorf("--drain-timeout %v: want a positive duration such as 50s", c.DrainTimeout)
 	}
 	if c.ReadaheadKiB < 4 || c.ReadaheadKiB > 64<<10 {
 		return nil, fmt.Errorf("--readahead-kib %d: want 4 to 65536", c.ReadaheadKiB)
 	}
-	c.FS.FileMode, c.FS.DirMode = os.FileMode(fm), os.FileMode(dm)
-	c.FS.UID, c.FS.GID = uint32(*uid), uint32(*gid)
-	c.FS.PartSize = *partMiB << 20
-	c.FS.MemoryLimit = *memMiB << 20
+	takeMountOptions(c, mount)
 	c.FS.StagingLimit = *stagingMiB << 20
-	if *cacheMiB < 0 {
-		return nil, fmt.Errorf("--read-cache-mib %d: want 0 (no cache) or more", *cacheMiB)
-	}
-	c.FS.ReadCacheSize = *cacheMiB << 20
 	c.S3.PartSize = uint64(c.FS.PartSize)
 	c.S3.Concurrency = uint(c.FS.Concurrency)
 	if err := c.FS.WithDefaults().Validate(); err != nil {

@@ -1,8 +1,22 @@
-// Package limits holds the filesystem's defaults that the mounter pod's
-// spec needs too, apart from the filesystem itself: the CSI driver
-// builds mounter pods and must not link a FUSE server to do it.
+// Package limits holds the filesystem's defaults that the mount options
+// of a volume (volume.MountOptionTable) and the mounter pod's spec need
+// too, apart from the filesystem itself: the CSI driver builds mounter
+// pods and must not link a FUSE server to do it.
 package limits
+
+import "time"
 
 // DefaultStagingLimit is the bound on a mount's staging files, in bytes,
 // when none is given.
 const DefaultStagingLimit = 10 << 30
+
+// The filesystem's defaults for what a volume's mount options may set.
+const (
+	DefaultFileMode    = 0o644
+	DefaultDirMode     = 0o755
+	DefaultStatTTL     = time.Second
+	DefaultListTTL     = time.Second
+	DefaultPartSize    = 8 << 20
+	DefaultConcurrency = 4
+	DefaultMemoryLimit = 64 << 20
+)

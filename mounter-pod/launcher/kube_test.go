@@ -183,7 +183,7 @@ func TestKubeLaunchImpossibleMounter(t *testing.T) {
 	k, kc := kubeLauncher(t)
 	k.Template.StagingSizeLimit = "1Gi"
 	m := testMounter()
-	m.Volume.Mount.ReadCacheMiB = 1000
+	m.Volume.Mount = volume.MountOptions{volume.ParamReadCacheMiB: "1000"}
 	_, err := k.Launch(context.Background(), m, nil)
 	if !errors.Is(err, spec.ErrUnfit) || !strings.Contains(err.Error(), "stagingSizeLimit 1Gi") || !strings.Contains(err.Error(), "readCacheMiB 1000") {
 		t.Fatalf("Launch: %v, want ErrUnfit naming stagingSizeLimit and readCacheMiB", err)

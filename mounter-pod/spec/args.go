@@ -4,7 +4,6 @@
 package spec
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/objfuse/objfuse/volume"
@@ -42,50 +41,15 @@ func (m Mounter) Args(socket, credentialsDir, stagingDir string) []string {
 		"--staging-dir=" + stagingDir,
 		"--log-format=json",
 	}
-	o := v.Mount
 	if m.ReadOnly {
 		args = append(args, "--read-only")
 	}
-	if o.UID != nil {
-		args = append(args, fmt.Sprintf("--uid=%d", *o.UID))
-	} else {
-		args = append(args, "--uid=0")
+	// Files without owner metadata are root's in a mounter pod (the
+	// pod's fsGroup gives group access), not its unprivileged user's.
+	o := volume.MountOptions{volume.ParamUID: "0", volume.ParamGID: "0"}
+	for k, val := range v.Mount {
+		o[k] = val
 	}
-	if o.GID != nil {
-		args = append(args, fmt.Sprintf("--gid=%d", *o.GID))
-	} else {
-		args = append(args, "--gid=0")
-	}
-	if o.FileMode != "" {
-		args = append(args, "--file-mode="+o.FileMode)
-	}
-	if o.DirMode != "" {
-		args = append(args, "--dir-mode="+o.DirMode)
-	}
-	if o.StatTTL != 0 {
-		args = append(args, "--stat-ttl="+o.StatTTL.String())
-	}
-	if o.ListTTL != 0 {
-		args = append(args, "--list-ttl="+o.ListTTL.String())
-	}
-	if o.AsyncClose {
-		args = append(args, "--async-close")
-	}
-	if o.NoBatching {
-		args = append(args, "--no-batching")
-	}
-	if o.PartSizeMiB != 0 {
-		args = append(args, fmt.Sprintf("--part-size-mib=%d", o.PartSizeMiB))
-	}
-	if o.Concurrency != 0 {
-		args = append(args, fmt.Sprintf("--concurrency=%d", o.Concurrency))
-	}
-	if o.MemoryLimitMiB != 0 {
-		args = append(args, fmt.Sprintf("--memory-limit-mib=%d", o.MemoryLimitMiB))
-	}
-	if o.ReadCacheMiB != 0 {
-		// In the staging emptyDir, the mounter's only writable disk.
-		args = append(args, fmt.Sprintf("--read-cache-mib=%d", o.ReadCacheMiB))
-	}
+	args = append(args, o.Args()...)
 	return append(args, v.Source())
 }

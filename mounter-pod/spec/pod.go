@@ -247,10 +247,10 @@ func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (l
 	}
 	boundMiB := bound.Value() >> 20
 	usableMiB := boundMiB - max(boundMiB/10, stagingSlackMiB)
-	limit = usableMiB - int64(m.Volume.Mount.ReadCacheMiB)
+	limit = usableMiB - m.Volume.Mount.Int(volume.ParamReadCacheMiB)
 	if limit < minStagingMiB {
 		return 0, false, fmt.Errorf("%w: the mounter's %s leaves %d MiB for staging files beside readCacheMiB %d, and at least %d are needed: raise it, or set readCacheMiB to at most %d",
-			ErrUnfit, what, max(limit, 0), m.Volume.Mount.ReadCacheMiB, minStagingMiB, max(usableMiB-minStagingMiB, 0))
+			ErrUnfit, what, max(limit, 0), m.Volume.Mount.Int(volume.ParamReadCacheMiB), minStagingMiB, max(usableMiB-minStagingMiB, 0))
 	}
 	return min(limit, limits.DefaultStagingLimit>>20), true, nil
 }

@@ -2,6 +2,7 @@ package spec_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestMounterStagingLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := spec.Mounter{VolumeID: "v", NodeID: "n", Volume: volume.Volume{
 				ID:    volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1"}, Bucket: "bucket-1"},
-				Mount: volume.MountOptions{ReadCacheMiB: tc.readCache},
+				Mount: volume.MountOptions{volume.ParamReadCacheMiB: strconv.Itoa(tc.readCache)},
 			}}
 			tmpl := spec.Template{Image: "i", StagingSizeLimit: tc.sizeLimit}
 			if tc.ephemeral != "" {
