@@ -25,7 +25,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
-	"github.com/objfuse/objfuse/mounter-pod/runtime"
+	"github.com/objfuse/objfuse/mounter-pod/serve"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -40,7 +40,7 @@ func main() {
 }
 
 type options struct {
-	cfg        runtime.Config
+	cfg        serve.Config
 	mountpoint string
 	handoff    string
 	probe      string
@@ -101,7 +101,7 @@ Flags:
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
 	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
-	fl.DurationVar(&c.DrainTimeout, "drain-timeout", runtime.DefaultDrainTimeout, "after SIGTERM or SIGINT, how long pending uploads may take; what is not uploaded by then is reported lost (a mounter pod gets its grace period less 10 s)")
+	fl.DurationVar(&c.DrainTimeout, "drain-timeout", serve.DefaultDrainTimeout, "after SIGTERM or SIGINT, how long pending uploads may take; what is not uploaded by then is reported lost (a mounter pod gets its grace period less 10 s)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this host:port (and /debug/pprof/ when it is a loopback address)")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
 	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")
@@ -124,7 +124,7 @@ Flags:
 		return nil, fmt.Errorf("want %d arguments, got %d: %s", want, fl.NArg(), strings.Join(fl.Args(), " "))
 	}
 	var err error
-	if c.Bucket, c.Prefix, err = runtime.ParseSource(fl.Arg(0)); err != nil {
+	if c.Bucket, c.Prefix, err = serve.ParseSource(fl.Arg(0)); err != nil {
 		return nil, err
 	}
 	if o.handoff == "" {
@@ -192,7 +192,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 		return 0
 	case o.handoff != "":
-		if err := runtime.RunHandoff(ctx, o.cfg, o.handoff); err != nil {
+		if err := serve.Handoff(ctx, o.cfg, o.handoff); err != nil {
 			fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
 			return 1
 		}
@@ -213,7 +213,7 @@ func run(args []string, stderr io.Writer) int {
 			pipe.Close()
 		}
 	}
-	if err := runtime.RunMount(ctx, o.cfg, o.mountpoint, report); err != nil {
+	if err := serve.Mount(ctx, o.cfg, o.mountpoint, report); err != nil {
 		fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
 		return 1
 	}

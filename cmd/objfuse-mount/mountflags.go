@@ -5,7 +5,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/objfuse/objfuse/mounter-pod/runtime"
+	"github.com/objfuse/objfuse/mounter-pod/serve"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -65,7 +65,7 @@ func (f mountFlag) IsBoolFlag() bool { return f.opt.Kind == volume.Bool }
 // takeMountOptions sets the configuration from the mount options given,
 // the rest from their defaults; files without owner metadata are the
 // running user's unless --uid and --gid say otherwise.
-func takeMountOptions(c *runtime.Config, m volume.MountOptions) {
+func takeMountOptions(c *serve.Config, m volume.MountOptions) {
 	uid, ok := m.Owner(volume.ParamUID)
 	if !ok {
 		uid = uint32(os.Getuid())

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/objfuse/objfuse/mounter-pod/runtime"
+	"github.com/objfuse/objfuse/mounter-pod/serve"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -22,7 +22,7 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 		volume.ParamBatchSmallUploads: "false", volume.ParamPartSizeMiB: "16", volume.ParamConcurrency: "7",
 		volume.ParamMemoryLimitMiB: "256", volume.ParamReadCacheMiB: "32",
 	}
-	want := func(c *runtime.Config) map[string]bool {
+	want := func(c *serve.Config) map[string]bool {
 		return map[string]bool{
 			volume.ParamUID: c.FS.UID == 1000, volume.ParamGID: c.FS.GID == 2000,
 			volume.ParamFileMode: c.FS.FileMode == 0o600, volume.ParamDirMode: c.FS.DirMode == 0o700,

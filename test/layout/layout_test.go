@@ -29,7 +29,7 @@ var rules = []rule{
 	{"./volume/...", []string{"driver", "mounter-pod", "fusefs", "cmd", "test"},
 		"volume is the shared vocabulary: it depends on no side (but the filesystem's defaults, constants)", []string{"fusefs/limits"}},
 	{"./driver/...", []string{"cmd", "test"}, "mains and test harnesses are leaves", nil},
-	{"./cmd/objfuse-csi", []string{"fusefs", "mounter-pod/runtime"},
+	{"./cmd/objfuse-csi", []string{"fusefs", "mounter-pod/serve"},
 		"the driver builds mounters and talks to S3, but serves no filesystem: its binary links no FUSE server",
 		[]string{"fusefs/store", "fusefs/limits"}},
 }

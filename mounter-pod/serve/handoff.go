@@ -1,4 +1,4 @@
-package runtime
+package serve
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // reason a mounter stops goes there so that kubectl describe shows it.
 const TerminationLog = "/dev/termination-log"
 
-// RunHandoff is the mounter pod's main loop: check the bucket, listen on
+// Handoff is the mounter pod's main loop: check the bucket, listen on
 // socket, serve the FUSE handle the node plugin sends, and exit when told
 // to (after NodeUnstage) or when the connection ends. SIGTERM (the pod
 // deleted or evicted) keeps serving, as a user pod may still write and
@@ -30,7 +30,7 @@ const TerminationLog = "/dev/termination-log"
 // running at cfg.DrainTimeout are reported lost (fusefs.FS.StopBy), for
 // the node plugin to tell the pods before the kubelet's SIGKILL. Released
 // after a signal, the mounter exits.
-func RunHandoff(ctx context.Context, cfg Config, socket string) error {
+func Handoff(ctx context.Context, cfg Config, socket string) error {
 	f, err := cfg.Open(ctx)
 	if err != nil {
 		writeTerminationLog(err)

@@ -1,8 +1,8 @@
-// Package runtime runs objfuse-mount: the FUSE daemon that serves one
+// Package serve runs objfuse-mount: the FUSE daemon that serves one
 // bucket or prefix, either on a mountpoint it mounts itself (by hand, like
 // s3fs) or on a FUSE handle handed over by the node plugin (in the
 // mounter pod).
-package runtime
+package serve
 
 import (
 	"context"

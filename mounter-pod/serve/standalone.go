@@ -1,4 +1,4 @@
-package runtime
+package serve
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 // those NodeUnstage waits for.
 const DefaultDrainTimeout = 5 * time.Minute
 
-// RunMount mounts the volume at mountpoint and serves it until SIGINT or
+// Mount mounts the volume at mountpoint and serves it until SIGINT or
 // SIGTERM (then it uploads what is pending, unmounts and returns nil) or
 // until someone unmounts it. ready is called once the mount serves, with
 // nil, or with the error that stopped it.
-func RunMount(ctx context.Context, cfg Config, mountpoint string, ready func(error)) error {
+func Mount(ctx context.Context, cfg Config, mountpoint string, ready func(error)) error {
 	f, err := cfg.Open(ctx)
 	if err != nil {
 		ready(err)
