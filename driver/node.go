@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -74,7 +74,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if uid == "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q has no mounter on this node: publish context lacks %s (did ControllerPublishVolume run?)", req.GetVolumeId(), PublishContextMounterUID)
 	}
-	if _, err := launcher.SocketOnNode(d.opts.KubeletDir, uid); err != nil {
+	if _, err := spec.SocketOnNode(d.opts.KubeletDir, uid); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "publish context: %v", err)
 	}
 	defer d.locks.lock(req.GetVolumeId())()
@@ -152,7 +152,7 @@ func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
 // serveFUSE mounts /dev/fuse at mnt and hands the handle to the mounter,
 // waiting (bounded) for it to come up and to answer "serving".
 func (d *Driver) serveFUSE(ctx context.Context, st *stagedVolume, mnt string) error {
-	socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+	socket, _ := spec.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
 	wctx, cancel := context.WithTimeout(ctx, d.opts.MounterWait)
 	defer cancel()
 	var rep handoff.Reply
@@ -206,7 +206,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		// Uploads first: the mounter releases the mount only once nothing
 		// is pending. Anything but "no mounter there" keeps the mount and
 		// fails, and kubelet retries; the mounter goes on uploading.
-		socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+		socket, _ := spec.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
 		_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpExit}, -1)
 		if err != nil && !mounterGone(err) {
 			return nil, status.Errorf(codes.Unavailable, "unstage %s: the mounter has not uploaded everything yet: %v", req.GetVolumeId(), err)

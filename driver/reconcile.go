@@ -88,7 +88,7 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	if err != nil {
 		return // unstaged meanwhile
 	}
-	socket, _ := launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+	socket, _ := spec.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
 	status := func() (handoff.Reply, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -144,7 +144,7 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	// Only a mounter that is up and not serving can take a new handle.
 	rep, err := status()
 	if err != nil && d.findReplacedMounter(ctx, st) {
-		socket, _ = launcher.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+		socket, _ = spec.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
 		rep, err = status()
 	}
 	if err != nil || rep.Serving {

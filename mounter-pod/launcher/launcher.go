@@ -7,8 +7,6 @@ package launcher
 import (
 	"context"
 	"errors"
-	"path/filepath"
-	"regexp"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
@@ -37,19 +35,3 @@ var (
 	// other options (read-only or not).
 	ErrIncompatible = errors.New("volume already published to this node with other options")
 )
-
-// socketVolume is the name of the mounter pod's emptyDir for its socket.
-const socketVolume = "socket"
-
-var uidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
-// SocketOnNode is where, on the node, the socket of the mounter pod with
-// this UID is: inside the pod's emptyDir, which kubelet keeps under its
-// root directory. Only a well-formed UID is accepted, so the path cannot
-// leave kubeletDir.
-func SocketOnNode(kubeletDir, podUID string) (string, error) {
-	if !uidRE.MatchString(podUID) {
-		return "", errors.New("mounter pod UID " + podUID + " is not a UID")
-	}
-	return filepath.Join(kubeletDir, "pods", podUID, "volumes", "kubernetes.io~empty-dir", socketVolume, filepath.Base(spec.SocketPath)), nil
-}

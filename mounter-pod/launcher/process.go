@@ -92,7 +92,7 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	socket, _ := SocketOnNode(p.KubeletDir, pr.uid)
+	socket, _ := spec.SocketOnNode(p.KubeletDir, pr.uid)
 	deadline := time.Now().Add(timeout)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -126,7 +126,7 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 // start prepares m's directories and supervises its process.
 func (p *Process) start(m spec.Mounter, creds map[string][]byte) (*proc, error) {
 	uid := fakeUID(m.Key())
-	socket, _ := SocketOnNode(p.KubeletDir, uid)
+	socket, _ := spec.SocketOnNode(p.KubeletDir, uid)
 	dir := filepath.Join(p.StateDir, "mounters", m.Key())
 	credDir, staging := filepath.Join(dir, "credentials"), filepath.Join(dir, "staging")
 	for _, d := range []string{filepath.Dir(socket), credDir, staging} {

@@ -51,7 +51,7 @@ func TestProcessLauncher(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		socket, err := launcher.SocketOnNode(p.KubeletDir, uid)
+		socket, err := spec.SocketOnNode(p.KubeletDir, uid)
 		if err != nil {
 			t.Fatal(err)
 		}

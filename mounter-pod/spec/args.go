@@ -20,14 +20,6 @@ type Mounter struct {
 // Key names the mounter: a hash of volume and node, safe in paths and pod names.
 func (m Mounter) Key() string { return volume.Key(m.VolumeID, m.NodeID) }
 
-// Paths inside the mounter's container.
-const (
-	SocketDir      = "/run/objfuse"
-	SocketPath     = SocketDir + "/mounter.sock"
-	CredentialsDir = "/etc/objfuse/credentials"
-	StagingDir     = "/var/cache/objfuse"
-)
-
 // Args is the objfuse-mount command line for m, given where its socket,
 // credentials and staging directory are. It never holds a secret.
 func (m Mounter) Args(socket, credentialsDir, stagingDir string) []string {

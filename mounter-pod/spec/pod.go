@@ -181,17 +181,17 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				VolumeMounts: []corev1.VolumeMount{
-					{Name: "socket", MountPath: SocketDir},
-					{Name: "credentials", MountPath: CredentialsDir, ReadOnly: true},
-					{Name: "staging", MountPath: StagingDir},
+					{Name: socketVolume, MountPath: SocketDir},
+					{Name: credentialsVolume, MountPath: CredentialsDir, ReadOnly: true},
+					{Name: stagingVolume, MountPath: StagingDir},
 				},
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				{Name: socketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: credentialsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 					SecretName: m.SecretName(), DefaultMode: ptr.To[int32](0o400),
 				}}},
-				{Name: "staging", VolumeSource: corev1.VolumeSource{EmptyDir: staging}},
+				{Name: stagingVolume, VolumeSource: corev1.VolumeSource{EmptyDir: staging}},
 			},
 		},
 	}, nil
