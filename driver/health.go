@@ -28,6 +28,11 @@ type healthNote struct {
 	lostUploads int64
 	conflicts   int64  // the mounter's count of conflicts told
 	why         string // the abnormal reason given
+	// pending is what the mounter last said waits in its journal, and
+	// pendingAt when: told as lost should the mounter pod be replaced
+	// (tellPendingGone) without reporting them itself.
+	pending   handoff.Health
+	pendingAt time.Time
 }
 
 // recoveredAfterChecks is how many checks in a row must find S3 serving a
@@ -88,6 +93,8 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		}
 	}
 	d.noteConflicts(ctx, st, &note, targets, h)
+	note.pending = handoff.Health{PendingUploads: h.PendingUploads, PendingFiles: h.PendingFiles}
+	note.pendingAt = time.Now()
 	// A restarted mounter counts from 0 again.
 	lost := h.LostUploads - note.lostUploads
 	if lost < 0 {
@@ -123,6 +130,31 @@ func lostNames(h handoff.Health, lost int64) string {
 		list = "not named (an older mounter)"
 	}
 	return list
+}
+
+// tellPendingGone tells the pods using st of the files its mounter last
+// said wait in its journal, when the mounter's pod was replaced (deleted
+// with no grace, evicted, its node's kubelet gone): the journal, on the
+// pod's emptyDir, went with it. A mounter given its grace period drains
+// and reports what it could not upload itself; one killed at once cannot,
+// and this is all anyone knows: files closed since its last check are not
+// named.
+func (d *Driver) tellPendingGone(ctx context.Context, st *stagedVolume) {
+	note := d.healthNotes[st.VolumeID]
+	p := note.pending
+	if p.PendingUploads == 0 {
+		return
+	}
+	named := strings.Join(p.PendingFiles, ", ")
+	if more := p.PendingUploads - int64(len(p.PendingFiles)); more > 0 {
+		named += fmt.Sprintf(" and %d more", more)
+	}
+	d.log.Error("mounter pod replaced with uploads pending", "volume", st.VolumeID, "files", p.PendingUploads, "names", named)
+	_ = d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
+		"The mounter pod of volume %s was replaced while %d file(s) closed asynchronously (asyncClose) waited in its journal for their upload to S3 (at its last check, %s). The journal went with the pod: unless the old mounter uploaded them in its last seconds, their data is not stored. The files: %s. Check them in S3 and write them again if they are missing.",
+		st.VolumeID, p.PendingUploads, stamp(note.pendingAt), named))
+	note.pending = handoff.Health{}
+	d.healthNotes[st.VolumeID] = note
 }
 
 // pendingNote says what waits for its upload on the volume's mounter,

@@ -86,6 +86,35 @@ func TestLostUploadsAreToldByName(t *testing.T) {
 	}
 }
 
+// A mounter pod replaced without reporting (deleted with no grace) took
+// its journal with it: the pods are told of the files its last check
+// said were waiting, once; a mounter that reported them lost itself, or
+// had nothing waiting, adds nothing.
+func TestAReplacedMounterNamesTheFilesItHadPending(t *testing.T) {
+	events := &toldEvents{}
+	d := healthNode(t, events)()
+	ctx := context.Background()
+	st, err := d.loadState("vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.noteHealth(ctx, st, handoff.Health{PendingUploads: 3, PendingFiles: []string{"a", "dir/b"}})
+	d.tellPendingGone(ctx, st)
+	d.tellPendingGone(ctx, st) // a second replacement: nothing new
+	if len(events.messages) != 1 || !strings.HasPrefix(events.messages[0], reasonUploadFailed) ||
+		!strings.Contains(events.messages[0], "3 file(s)") || !strings.Contains(events.messages[0], "The files: a, dir/b and 1 more.") {
+		t.Fatalf("told %q, want one %s naming a, dir/b and 1 more", events.messages, reasonUploadFailed)
+	}
+	// Drained: the last check saw them lost, none pending.
+	d.noteHealth(ctx, st, handoff.Health{PendingUploads: 2, PendingFiles: []string{"c", "d"}})
+	d.noteHealth(ctx, st, handoff.Health{LostUploads: 2, LostFiles: []string{"c", "d"}})
+	before := len(events.messages)
+	d.tellPendingGone(ctx, st)
+	if len(events.messages) != before {
+		t.Fatalf("told %q after the mounter reported its losses itself", events.messages[before:])
+	}
+}
+
 // Write conflicts are told once each, naming the latest, across a restart
 // of the node plugin, and from 0 again for a new mounter.
 func TestWriteConflictsAreToldOnce(t *testing.T) {

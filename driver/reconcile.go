@@ -180,6 +180,7 @@ func (d *Driver) findReplacedMounter(ctx context.Context, st *stagedVolume) bool
 		return false
 	}
 	d.log.Info("mounter pod replaced", "volume", st.VolumeID, "old", st.MounterUID, "new", uid)
+	d.tellPendingGone(ctx, st)
 	// A new mounter counts its lost uploads and conflicts from 0.
 	st.MounterUID, st.ToldLostUploads, st.ToldConflicts = uid, 0, 0
 	if note, ok := d.healthNotes[st.VolumeID]; ok {

@@ -584,6 +584,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		// is tried again by the last RELEASE, which reports it if that
 		// fails too.
 		if n.err != nil || n.fsys.stopPassed() {
+			n.leaveJournaledLocked() // out of the pending count first (see uploadLeftLocked)
 			n.reportLost(err)
 		}
 		return syscall.EIO
@@ -632,8 +633,10 @@ func (n *fileNode) uploadLeftLocked() {
 			if closedAsync {
 				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
 			}
-			n.reportLost(n.uploadErr) // unless syncLocked did, or it was told
+			// Out of the pending count before it is counted lost: a
+			// health report between names it once, not twice.
 			n.leaveJournaledLocked()
+			n.reportLost(n.uploadErr) // unless syncLocked did, or it was told
 		}
 		cancel()
 	case n.dirty && n.err != nil && n.closedAsync:
