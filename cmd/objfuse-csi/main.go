@@ -41,8 +41,6 @@ type flags struct {
 	healthAddr    string
 	namespace     string
 	mounterConfig string
-	launcherKind  string
-	mounterBinary string
 	kubeconfig    string
 	register      bool
 	logFormat     string
@@ -63,9 +61,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.DurationVar(&o.ReconcileEvery, "reconcile-interval", 5*time.Second, "how often the node checks its mounts")
 	fl.StringVar(&f.healthAddr, "health-addr", "", "serve /healthz and /metrics on this host:port")
 	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets")
-	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template (controller mode, pod launcher)")
-	fl.StringVar(&f.launcherKind, "launcher", "pod", "how mounters run: pod (in the cluster) or process (on this machine, for tests and demos)")
-	fl.StringVar(&f.mounterBinary, "mounter-binary", "objfuse-mount", "objfuse-mount binary (process launcher)")
+	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template (controller mode)")
 	fl.StringVar(&o.S3Defaults.Endpoint, "s3-endpoint", "", "default S3 endpoint for StorageClasses that name none; with --s3-credentials-dir it enables ListVolumes and Probe")
 	fl.StringVar(&o.S3Defaults.Region, "s3-region", "", "default S3 region")
 	fl.BoolVar(&o.S3Defaults.PathStyle, "s3-path-style", false, "default to path-style S3 requests")
@@ -90,9 +86,6 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	case driver.ModeController, driver.ModeNode, driver.ModeAll:
 	default:
 		return nil, fmt.Errorf("--mode %q: want controller, node or all", *mode)
-	}
-	if f.launcherKind != "pod" && f.launcherKind != "process" {
-		return nil, fmt.Errorf("--launcher %q: want pod or process", f.launcherKind)
 	}
 	if o.DefaultCredentialsForVolumes && o.DefaultCredentialsDir == "" {
 		return nil, errors.New("--s3-credentials-for-volumes needs --s3-credentials-dir: the credentials it lets volumes use")
@@ -143,25 +136,18 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 	o.KubeClient = kc
 	o.Namespace = f.namespace
 	if o.Mode != driver.ModeNode {
-		switch f.launcherKind {
-		case "pod":
-			if kc == nil {
-				return errors.New("the pod launcher needs a cluster: run in a pod or pass --kubeconfig")
-			}
-			data, err := os.ReadFile(f.mounterConfig)
-			if err != nil {
-				return fmt.Errorf("mounter config: %w", err)
-			}
-			tmpl, err := spec.ParseTemplate(data)
-			if err != nil {
-				return err
-			}
-			o.Launcher = &launcher.Kube{Client: kc, Namespace: f.namespace, Template: tmpl, Logger: log}
-		case "process":
-			p := &launcher.Process{Binary: f.mounterBinary, KubeletDir: o.KubeletDir, StateDir: o.StateDir, NodeID: o.NodeID, Logger: log}
-			defer p.Close()
-			o.Launcher = p
+		if kc == nil {
+			return errors.New("the controller launches mounter pods: run it in a pod or pass --kubeconfig")
 		}
+		data, err := os.ReadFile(f.mounterConfig)
+		if err != nil {
+			return fmt.Errorf("mounter config: %w", err)
+		}
+		tmpl, err := spec.ParseTemplate(data)
+		if err != nil {
+			return err
+		}
+		o.Launcher = &launcher.Kube{Client: kc, Namespace: f.namespace, Template: tmpl, Logger: log}
 	}
 	d, err := driver.New(*o)
 	if err != nil {

@@ -23,8 +23,8 @@ import (
 
 	"github.com/objfuse/objfuse/driver"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/test/processlauncher"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -57,7 +57,7 @@ type Env struct {
 	SecretsFile string // csi-sanity secrets with the MinIO credentials
 	MinIO       *miniotest.Server
 	Driver      *driver.Driver
-	Launcher    *launcher.Process
+	Launcher    *processlauncher.Process
 	Conn        *grpc.ClientConn
 	Controller  csi.ControllerClient
 	Node        csi.NodeClient
@@ -138,7 +138,7 @@ func Start(t testing.TB, o Options) *Env {
 
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
-	proc := &launcher.Process{
+	proc := &processlauncher.Process{
 		Binary: bin, KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "mounters"),
 		NodeID: NodeID, Credential: nobody, Logger: log,
 	}

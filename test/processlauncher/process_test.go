@@ -1,4 +1,4 @@
-package launcher_test
+package processlauncher_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 	"github.com/objfuse/objfuse/test/miniotest"
+	"github.com/objfuse/objfuse/test/processlauncher"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -28,7 +29,7 @@ func TestProcessLauncher(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "launcher-")
 	os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	p := &launcher.Process{
+	p := &processlauncher.Process{
 		Binary: csitest.MounterBinary(t), KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"),
 		NodeID: "n1", Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Logger: slog.Default(),
 	}

@@ -1,4 +1,6 @@
-package launcher
+// Package processlauncher runs mounters as processes on this machine, for
+// tests: a launcher.Launcher (mounter-pod/launcher) without a cluster.
+package processlauncher
 
 import (
 	"bytes"
@@ -15,13 +17,14 @@ import (
 	"time"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
 // Process runs each mounter as a supervised objfuse-mount process on this
 // machine, laid out as kubelet lays out a pod, and restarted when it
 // crashes as restartPolicy OnFailure would. It stands in for Kube where
-// there is no cluster: csi-sanity, node tests and a local demo.
+// there is no cluster: csi-sanity and the driver's tests.
 type Process struct {
 	Binary     string // objfuse-mount
 	KubeletDir string // where "pods/<uid>/volumes/..." go
@@ -84,7 +87,7 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 		p.procs[m.Key()] = pr
 	} else if pr.readOnly != m.ReadOnly {
 		p.mu.Unlock()
-		return "", fmt.Errorf("%w: running read-only=%t", ErrIncompatible, pr.readOnly)
+		return "", fmt.Errorf("%w: running read-only=%t", launcher.ErrIncompatible, pr.readOnly)
 	}
 	p.mu.Unlock()
 
@@ -109,11 +112,11 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 			// A mounter that cannot start says why on stderr, as a pod's
 			// termination message would.
 			p.Stop(context.Background(), m)
-			return "", fmt.Errorf("%w: %s (%v)", ErrFailed, last, exitErr)
+			return "", fmt.Errorf("%w: %s (%v)", launcher.ErrFailed, last, exitErr)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("%w after %s: %v", ErrNotReady, timeout, err)
+			return "", fmt.Errorf("%w after %s: %v", launcher.ErrNotReady, timeout, err)
 		}
 		select {
 		case <-ctx.Done():
