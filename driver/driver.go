@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -80,6 +81,9 @@ type Options struct {
 	KubeletDir string
 	// StateDir holds FUSE mountpoints and per-volume state (node mode).
 	StateDir string
+	// Mounts makes the node's mounts and reads them (default
+	// mounts.System, the system calls; tests may give a mounts.Fake).
+	Mounts mounts.Mounter
 	// Events, when set, receives the node's Events for pods instead of
 	// the API (KubeClient) or the log.
 	Events EventSink
@@ -121,6 +125,7 @@ type Driver struct {
 	// mounter's health (reconcile loop only).
 	healthNotes map[string]healthNote
 	events      EventSink
+	mounts      mounts.Mounter
 }
 
 // New checks opts and returns a driver.
@@ -142,6 +147,9 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.ReconcileEvery == 0 {
 		opts.ReconcileEvery = 5 * time.Second
+	}
+	if opts.Mounts == nil {
+		opts.Mounts = mounts.System{}
 	}
 	if opts.ProbeTimeout == 0 {
 		opts.ProbeTimeout = 2 * time.Second
@@ -176,7 +184,7 @@ func New(opts Options) (*Driver, error) {
 			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
 		}
 	}
-	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, pending: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, pending: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}, mounts: opts.Mounts}
 	d.syncProblems = map[string]string{}
 	if opts.KubeClient != nil && opts.serves(ModeController) {
 		d.recorder = newRecorder(opts.KubeClient, opts.Name, "")

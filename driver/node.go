@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -117,18 +118,18 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 
 // healthy says whether path is an objfuse mount that answers.
 func (d *Driver) healthy(path string) bool {
-	m, ok, err := isMounted(path)
-	if err != nil || !ok || m.FsType != handoff.FSType {
+	m, ok, err := mounts.Mounted(d.mounts, path)
+	if err != nil || !ok || m.FsType != mounts.FSType {
 		return false
 	}
-	_, err = probe(path, d.opts.ProbeTimeout)
+	_, err = d.mounts.Statfs(path, d.opts.ProbeTimeout)
 	return err == nil
 }
 
 // mountVolume (re)builds st's mounts: a fresh FUSE mount at the staging
 // path served by the mounter, bound at every target.
 func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
-	if err := unmountAll(st.Staging); err != nil {
+	if err := d.mounts.UnmountAll(st.Staging); err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 	}
 	// The FUSE filesystem is mounted at the staging path itself: kubelet
@@ -142,7 +143,7 @@ func (d *Driver) mountVolume(ctx context.Context, st *stagedVolume) error {
 	// propagation receives mounts made below its mountpoint, so it sees
 	// the repaired volume at once. (NodeUnpublish removes the stack.)
 	for t, ro := range st.Targets {
-		if err := bindMount(st.Staging, t, ro); err != nil {
+		if err := d.mounts.Bind(st.Staging, t, ro); err != nil {
 			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 		}
 	}
@@ -175,19 +176,19 @@ func (d *Driver) serveFUSE(ctx context.Context, st *stagedVolume, mnt string) er
 	if err := os.MkdirAll(mnt, 0o750); err != nil {
 		return status.Errorf(codes.Internal, "mountpoint: %v", err)
 	}
-	fd, err := handoff.MountFUSE(mnt, st.Source, st.ReadOnly)
+	fd, err := d.mounts.MountFUSE(mnt, st.Source, st.ReadOnly)
 	if err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 	}
 	_, err = handoff.Call(wctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup}, fd)
 	closeFD(fd)
 	if err != nil {
-		unmountAll(mnt)
+		d.mounts.UnmountAll(mnt)
 		return status.Errorf(codes.Unavailable, "volume %s: hand the FUSE handle to the mounter: %v", st.VolumeID, err)
 	}
 	// The mounter answered INIT before "serving", so the kernel's
 	// readahead can be raised now; the mount works without it, slower.
-	if err := handoff.TuneReadahead(mnt, handoff.ReadaheadKiB); err != nil {
+	if err := d.mounts.TuneReadahead(mnt, mounts.ReadaheadKiB); err != nil {
 		d.log.Warn("kernel readahead left at its default", "volume", st.VolumeID, "err", err)
 	}
 	return nil
@@ -212,7 +213,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 			return nil, status.Errorf(codes.Unavailable, "unstage %s: the mounter has not uploaded everything yet: %v", req.GetVolumeId(), err)
 		}
 	}
-	if err := unmountAll(req.GetStagingTargetPath()); err != nil {
+	if err := d.mounts.UnmountAll(req.GetStagingTargetPath()); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
 	}
 	if err := os.RemoveAll(d.volumeDir(req.GetVolumeId())); err != nil {
@@ -243,13 +244,13 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s", req.GetVolumeId(), req.GetStagingTargetPath())
 	}
 	// Never bind a plain directory: a pod would write to the node's disk.
-	if m, ok, _ := isMounted(st.Staging); !ok || m.FsType != handoff.FSType {
+	if m, ok, _ := mounts.Mounted(d.mounts, st.Staging); !ok || m.FsType != mounts.FSType {
 		return nil, status.Errorf(codes.Unavailable, "volume %q: staging path %s is not mounted (its mounter may be restarting; the node repairs it)", req.GetVolumeId(), st.Staging)
 	}
 	target := req.GetTargetPath()
 	ro := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
-	if m, ok, _ := isMounted(target); ok {
-		if m.FsType == handoff.FSType && st.Targets[target] == ro {
+	if m, ok, _ := mounts.Mounted(d.mounts, target); ok {
+		if m.FsType == mounts.FSType && st.Targets[target] == ro {
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted with other options", target)
@@ -264,12 +265,12 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "target path: %v", err)
 	}
-	if err := bindMount(st.Staging, target, ro); err != nil {
+	if err := d.mounts.Bind(st.Staging, target, ro); err != nil {
 		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
 	}
 	st.Targets[target] = ro
 	if err := d.saveState(st); err != nil {
-		unmountAll(target)
+		d.mounts.UnmountAll(target)
 		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
 	}
 	d.log.Info("published", "volume", req.GetVolumeId(), "target", target, "readOnly", ro)
@@ -284,7 +285,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
 	defer d.locks.lock(req.GetVolumeId())()
-	if err := unmountAll(req.GetTargetPath()); err != nil {
+	if err := d.mounts.UnmountAll(req.GetTargetPath()); err != nil {
 		return nil, status.Errorf(codes.Internal, "unpublish %s: %v", req.GetVolumeId(), err)
 	}
 	removeEmptyDir(req.GetTargetPath())
@@ -320,10 +321,10 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if why := d.abnormalReason(req.GetVolumeId()); why != "" {
 		return abnormal(why), nil
 	}
-	if _, ok, _ := isMounted(path); !ok {
+	if _, ok, _ := mounts.Mounted(d.mounts, path); !ok {
 		return abnormal(fmt.Sprintf("%s is not mounted", path)), nil
 	}
-	fs, err := probe(path, d.opts.ProbeTimeout)
+	fs, err := d.mounts.Statfs(path, d.opts.ProbeTimeout)
 	if err != nil {
 		return abnormal(fmt.Sprintf("the mount does not answer: %v (the node plugin repairs it once its mounter is back)", err)), nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
@@ -58,7 +59,7 @@ const hangsBeforeAbort = 3
 // mount must answer. An unmounted path would pass a statfs (it is a plain
 // directory on the node), so mountinfo is read first.
 func (d *Driver) checkMounts(st *stagedVolume) error {
-	infos, err := mountInfo()
+	infos, err := d.mounts.List()
 	if err != nil {
 		return err
 	}
@@ -67,11 +68,11 @@ func (d *Driver) checkMounts(st *stagedVolume) error {
 		paths = append(paths, t)
 	}
 	for _, p := range paths {
-		if m, ok := mountAt(infos, p); !ok || m.FsType != handoff.FSType {
+		if m, ok := mounts.At(infos, p); !ok || m.FsType != mounts.FSType {
 			return fmt.Errorf("%s is not an objfuse mount", p)
 		}
 	}
-	_, err = probe(st.Staging, d.opts.ProbeTimeout)
+	_, err = d.mounts.Statfs(st.Staging, d.opts.ProbeTimeout)
 	return err
 }
 
@@ -115,7 +116,7 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		d.noteHealth(ctx, st, h)
 		return
 	}
-	if errors.Is(perr, errHung) {
+	if errors.Is(perr, mounts.ErrHung) {
 		// A busy mounter (throttled, collecting garbage) is slow, not
 		// gone: abort only one that stays silent, on its socket too,
 		// check after check. Aborting fails every open file.
@@ -128,14 +129,14 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 			d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
 			return
 		}
-		if m, ok, _ := isMounted(st.Staging); ok && m.FsType == handoff.FSType {
-			if err := abortConnection(m); err != nil {
+		if m, ok, _ := mounts.Mounted(d.mounts, st.Staging); ok && m.FsType == mounts.FSType {
+			if err := d.mounts.Abort(m); err != nil {
 				d.log.Error("abort hung mount", "volume", volumeID, "err", err)
 			} else {
 				d.log.Warn("aborted hung FUSE connection", "volume", volumeID)
 			}
 		}
-	} else if !isDead(perr) {
+	} else if !mounts.IsDead(perr) {
 		d.log.Info("mount needs repair", "volume", volumeID, "why", perr)
 	}
 	d.hangs[volumeID] = 0

@@ -15,7 +15,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/minio/minio-go/v7"
 
-	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 )
@@ -212,7 +212,7 @@ func publishedVolumeWith(t *testing.T, env *csitest.Env, name string, params map
 // readahead from Linux's 128 KiB.
 func checkReadahead(t *testing.T, staging string) {
 	t.Helper()
-	if kib, err := handoff.Readahead(staging); err != nil || kib != handoff.ReadaheadKiB {
-		t.Fatalf("readahead of the mount at %s: %d KiB, %v; want %d", staging, kib, err, handoff.ReadaheadKiB)
+	if kib, err := mounts.Readahead(staging); err != nil || kib != mounts.ReadaheadKiB {
+		t.Fatalf("readahead of the mount at %s: %d KiB, %v; want %d", staging, kib, err, mounts.ReadaheadKiB)
 	}
 }

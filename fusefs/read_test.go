@@ -17,7 +17,7 @@ import (
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
-	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 )
 
 // Sequential reads answered from readahead chunks return the object's
@@ -36,7 +36,7 @@ func TestReadaheadRepliesFromChunks(t *testing.T) {
 			// An overtaken READ waits for its bytes long enough on a
 			// loaded machine: else it is fetched alone, not spliced.
 			f, dir := mountFSOf(t, st, fusefs.WithReorderWait(fusefs.Options{MemoryLimit: 20 << 20}, 2*time.Second))
-			if err := handoff.TuneReadahead(dir, 16<<10); err != nil {
+			if err := (mounts.System{}).TuneReadahead(dir, 16<<10); err != nil {
 				t.Fatal(err)
 			}
 
@@ -104,8 +104,8 @@ func TestNoSpliceReadsFromBuffers(t *testing.T) {
 // The readahead window is one READ of the largest size, so that no small
 // READ trails each window.
 func TestReadaheadIsOneLargestRead(t *testing.T) {
-	if handoff.ReadaheadKiB*1024 != fusefs.MaxRead {
-		t.Fatalf("readahead %d KiB, largest READ %d bytes", handoff.ReadaheadKiB, fusefs.MaxRead)
+	if mounts.ReadaheadKiB*1024 != fusefs.MaxRead {
+		t.Fatalf("readahead %d KiB, largest READ %d bytes", mounts.ReadaheadKiB, fusefs.MaxRead)
 	}
 }
 
@@ -193,7 +193,7 @@ func TestSplicedReadsOfSmallPackets(t *testing.T) {
 	st := memstore.New()
 	put(t, st, "f", data)
 	f, dir := mountFSOf(t, newFragmentingStore(t, st), fusefs.WithReorderWait(fusefs.Options{}, 2*time.Second))
-	if err := handoff.TuneReadahead(dir, handoff.ReadaheadKiB); err != nil {
+	if err := (mounts.System{}).TuneReadahead(dir, mounts.ReadaheadKiB); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "f"))

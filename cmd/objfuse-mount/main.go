@@ -25,6 +25,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/serve"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -100,7 +101,7 @@ Flags:
 	fl.IntVar(&c.FS.MaxInodes, "max-inodes", fusefs.DefaultMaxInodes, "files and directories the mount keeps track of at most (about 1 KiB each); past it, those the kernel has not used longest are handed back to it to forget")
 	fl.StringVar(&c.FS.ReadCacheDir, "read-cache-dir", "", "directory for the read cache's files (default: the staging directory)")
 	fl.BoolVar(&c.FS.NoSplice, "no-splice", false, "keep readahead in memory buffers instead of splicing plain-HTTP response bodies through pipes")
-	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", handoff.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
+	fl.IntVar(&c.ReadaheadKiB, "readahead-kib", mounts.ReadaheadKiB, "kernel readahead of the mount in KiB, set when mounting as root (Linux gives FUSE 128)")
 	fl.DurationVar(&c.DrainTimeout, "drain-timeout", serve.DefaultDrainTimeout, "after SIGTERM or SIGINT, how long pending uploads may take; what is not uploaded by then is reported lost (a mounter pod gets its grace period less 10 s)")
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this host:port (and /debug/pprof/ when it is a loopback address)")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")

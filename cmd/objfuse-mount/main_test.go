@@ -15,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/test/miniotest"
 )
 
@@ -140,7 +141,7 @@ func TestMountAndSignal(t *testing.T) {
 	}
 	// Linux gives every FUSE mount 128 KiB; objfuse-mount raises it.
 	waitFor(t, "readahead of 2048 KiB", func() bool {
-		kib, _ := handoff.Readahead(mnt)
+		kib, _ := mounts.Readahead(mnt)
 		return kib == 2048
 	})
 	if err := os.WriteFile(filepath.Join(mnt, "closed.txt"), []byte("closed"), 0o644); err != nil {
@@ -228,7 +229,7 @@ func startHandoff(t *testing.T, srv *miniotest.Server, flags ...string) *handoff
 
 // serve mounts FUSE at m.mnt and hands the handle over, as NodeStage does.
 func (m *handoffMounter) serve(t *testing.T) {
-	fd, err := handoff.MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
+	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package handoff is the protocol between the node plugin and a mounter:
-// the node plugin (privileged) opens /dev/fuse and mounts it, then passes
+// the node plugin (privileged: mounter-pod/mounts) opens /dev/fuse and mounts it, then passes
 // the open FUSE handle over a Unix socket with SCM_RIGHTS to the mounter
 // (unprivileged), which serves it. One JSON request and one JSON answer per
 // connection keep it debuggable with socat.

@@ -27,7 +27,7 @@ type Config struct {
 	// MetricsAddr serves Prometheus /metrics when set (host:port).
 	MetricsAddr string
 	// ReadaheadKiB is the kernel readahead of a mount made here as root
-	// (0: handoff.ReadaheadKiB). In a mounter pod the node plugin sets it.
+	// (0: mounts.ReadaheadKiB). In a mounter pod the node plugin sets it.
 	ReadaheadKiB int
 	// CheckTimeout bounds the start-up check of endpoint, credentials and bucket.
 	CheckTimeout time.Duration

@@ -12,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/objfuse/objfuse/fusefs"
-	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 )
 
 // DefaultDrainTimeout bounds the uploads still pending at exit, and
@@ -43,9 +43,9 @@ func Mount(ctx context.Context, cfg Config, mountpoint string, ready func(error)
 		// Only root can; the mounter pod's node plugin does it there.
 		kib := cfg.ReadaheadKiB
 		if kib == 0 {
-			kib = handoff.ReadaheadKiB
+			kib = mounts.ReadaheadKiB
 		}
-		if err := handoff.TuneReadahead(mountpoint, kib); err != nil {
+		if err := (mounts.System{}).TuneReadahead(mountpoint, kib); err != nil {
 			cfg.Logger.Warn("kernel readahead left at its default; sequential reads will be slower", "err", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package handoff
+package mounts
 
 import (
 	"fmt"
@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	mount "k8s.io/mount-utils"
 )
 
 // ReadaheadKiB is the kernel readahead objfuse mounts get: one READ of the
@@ -20,11 +18,10 @@ import (
 // not a whole number of READs adds a small READ to each.
 const ReadaheadKiB = 1016
 
-// TuneReadahead sets the readahead of the FUSE mount at mountpoint to kib
-// (objfuse uses ReadaheadKiB). It needs root (or a writable /sys) and must
-// run after the daemon answered INIT: the kernel applies the daemon's INIT
-// answer on top of it.
-func TuneReadahead(mountpoint string, kib int) error {
+// TuneReadahead (see Mounter; objfuse uses ReadaheadKiB) needs root, or a
+// writable /sys, and must run after the daemon answered INIT: the kernel
+// applies the daemon's INIT answer on top of it.
+func (System) TuneReadahead(mountpoint string, kib int) error {
 	p, err := readaheadFile(mountpoint)
 	if err != nil {
 		return err
@@ -56,17 +53,11 @@ func readaheadFile(mountpoint string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("readahead of %s: %w", mountpoint, err)
 	}
-	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	infos, err := System{}.List()
 	if err != nil {
 		return "", fmt.Errorf("readahead of %s: %w", mountpoint, err)
 	}
-	found := false
-	var m mount.MountInfo
-	for _, info := range infos {
-		if info.MountPoint == mountpoint {
-			m, found = info, true // later entries are mounted on top
-		}
-	}
+	m, found := At(infos, mountpoint)
 	if !found {
 		return "", fmt.Errorf("readahead of %s: not mounted", mountpoint)
 	}

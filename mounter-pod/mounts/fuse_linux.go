@@ -1,4 +1,4 @@
-package handoff
+package mounts
 
 import (
 	"fmt"
@@ -7,14 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FSType is the filesystem type objfuse mounts show in mountinfo.
-const FSType = "fuse.objfuse"
-
-// MountFUSE opens /dev/fuse and mounts it at mountpoint as FSType with
-// source (e.g. "objfuse:bucket/prefix"). It needs CAP_SYS_ADMIN; the
-// returned handle goes to the mounter, which serves it without any
-// privilege. The caller closes fd once the mounter has it.
-func MountFUSE(mountpoint, source string, readOnly bool) (fd int, err error) {
+// MountFUSE needs CAP_SYS_ADMIN (see Mounter).
+func (System) MountFUSE(mountpoint, source string, readOnly bool) (fd int, err error) {
 	fd, err = unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("open /dev/fuse: %w", err)

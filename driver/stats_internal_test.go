@@ -1,0 +1,66 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
+)
+
+// NodeGetVolumeStats tells a mount that answers from one whose daemon is
+// gone or hangs, and from a target that lost its mount, from the mount
+// table and a bounded statfs alone (a fake one: no root, no daemon).
+func TestVolumeStatsTellWhatIsWrongWithTheMount(t *testing.T) {
+	dir := t.TempDir()
+	fake := &mounts.Fake{}
+	d, err := New(Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: &toldEvents{}, Mounts: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pods", "a", "mount")
+	st := &stagedVolume{VolumeID: "vol", Staging: staging, Targets: map[string]bool{target: false}}
+	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.saveState(st); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := fake.MountFUSE(staging, "objfuse:b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.NewFile(uintptr(fd), "fuse").Close()
+	if err := fake.Bind(staging, target, false); err != nil {
+		t.Fatal(err)
+	}
+	stats := func() *csi.NodeGetVolumeStatsResponse {
+		t.Helper()
+		r, err := d.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: "vol", VolumePath: target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := stats(); r.GetVolumeCondition().GetAbnormal() || len(r.GetUsage()) != 2 || r.GetUsage()[0].GetTotal() != 4096<<20 {
+		t.Fatalf("a mount that answers: %v", r)
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func()
+		want  string
+	}{
+		{"hung", func() { fake.SetHung(staging) }, "does not answer: statfs " + target + ": mount does not answer (hung)"},
+		{"dead", func() { fake.SetDead(staging) }, "transport endpoint is not connected"},
+		{"unmounted", func() { fake.UnmountAll(target) }, target + " is not mounted"},
+	} {
+		tc.spoil()
+		if c := stats().GetVolumeCondition(); !c.GetAbnormal() || !strings.Contains(c.GetMessage(), tc.want) {
+			t.Errorf("%s: condition %v, want abnormal saying %q", tc.name, c, tc.want)
+		}
+	}
+}
