@@ -76,6 +76,38 @@ func (d *Driver) checkMounts(st *stagedVolume) error {
 	return err
 }
 
+// repairStep is what one check of a volume does about its mounts.
+type repairStep int
+
+const (
+	stepHealthy        repairStep = iota // the mount answers: take in the mounter's health
+	stepWaitSlow                         // it hangs, but its mounter answers and serves: busy, not gone
+	stepWaitSilent                       // it hangs and its mounter is silent, not yet for long
+	stepAbortAndRepair                   // silent for hangsBeforeAbort checks: abort the connection, then repair
+	stepRepair                           // dead or not mounted: mount again once the mounter is back
+)
+
+// decideRepair is a check's decision from what it found: mountErr from
+// checkMounts, the checks in a row before this one that found the mount
+// hung, and (for a hung mount) whether its mounter answered on its socket
+// that it serves. A busy mounter (throttled, collecting garbage) is slow,
+// not gone: only one that stays silent, on its socket too, check after
+// check, is aborted, for aborting fails every open file. It returns the
+// step and the count of hung checks after this one.
+func decideRepair(mountErr error, hangs int, serving bool) (repairStep, int) {
+	switch {
+	case mountErr == nil:
+		return stepHealthy, 0
+	case !errors.Is(mountErr, mounts.ErrHung):
+		return stepRepair, 0
+	case serving:
+		return stepWaitSlow, hangs + 1
+	case hangs+1 < hangsBeforeAbort:
+		return stepWaitSilent, hangs + 1
+	}
+	return stepAbortAndRepair, 0
+}
+
 func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 	// A volume being staged or unstaged (which waits for its uploads,
 	// minutes while S3 does not answer) is checked on a later pass;
@@ -96,8 +128,15 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
 	}
 	perr := d.checkMounts(st)
-	if perr == nil {
-		d.hangs[volumeID] = 0
+	serving := false
+	if errors.Is(perr, mounts.ErrHung) {
+		rep, err := status()
+		serving = err == nil && rep.Serving
+	}
+	step, hangs := decideRepair(perr, d.hangs[volumeID], serving)
+	d.hangs[volumeID] = hangs
+	switch step {
+	case stepHealthy:
 		rep, err := status()
 		if err != nil {
 			// The mount answers; a mounter slow on its socket says
@@ -115,20 +154,13 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		d.setPending(volumeID, pendingNote(h))
 		d.noteHealth(ctx, st, h)
 		return
-	}
-	if errors.Is(perr, mounts.ErrHung) {
-		// A busy mounter (throttled, collecting garbage) is slow, not
-		// gone: abort only one that stays silent, on its socket too,
-		// check after check. Aborting fails every open file.
-		d.hangs[volumeID]++
-		if rep, err := status(); err == nil && rep.Serving {
-			d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount answers slowly (%v); its mounter is alive", perr))
-			return
-		}
-		if d.hangs[volumeID] < hangsBeforeAbort {
-			d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
-			return
-		}
+	case stepWaitSlow:
+		d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount answers slowly (%v); its mounter is alive", perr))
+		return
+	case stepWaitSilent:
+		d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
+		return
+	case stepAbortAndRepair:
 		if m, ok, _ := mounts.Mounted(d.mounts, st.Staging); ok && m.FsType == mounts.FSType {
 			if err := d.mounts.Abort(m); err != nil {
 				d.log.Error("abort hung mount", "volume", volumeID, "err", err)
@@ -136,10 +168,11 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 				d.log.Warn("aborted hung FUSE connection", "volume", volumeID)
 			}
 		}
-	} else if !mounts.IsDead(perr) {
-		d.log.Info("mount needs repair", "volume", volumeID, "why", perr)
+	case stepRepair:
+		if !mounts.IsDead(perr) {
+			d.log.Info("mount needs repair", "volume", volumeID, "why", perr)
+		}
 	}
-	d.hangs[volumeID] = 0
 	d.setAbnormal(volumeID, fmt.Sprintf("the volume's mount is broken (%v); waiting for its mounter to restart", perr))
 
 	// Only a mounter that is up and not serving can take a new handle.
