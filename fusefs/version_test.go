@@ -32,15 +32,7 @@ func TestOpenHandleReadsOneVersion(t *testing.T) {
 			const size = 1 << 20
 			st := b.fresh(t)
 			v1, v2 := randomBytes(size), randomBytes(size)
-			put(t, st, "f", v1)
-			// Every stat asks the store, so the mount learns of v2 at once.
-			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
-			path := filepath.Join(dir, "f")
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f, path := openWatched(t, st, v1)
 			p := make([]byte, 4096)
 			if _, err := f.ReadAt(p, 0); err != nil || !bytes.Equal(p, v1[:4096]) {
 				t.Fatalf("first read: %v, v1's bytes %v", err, bytes.Equal(p, v1[:4096]))
@@ -51,7 +43,7 @@ func TestOpenHandleReadsOneVersion(t *testing.T) {
 			}
 			dropPages(t, f)
 			off := int64(size / 2)
-			_, err = f.ReadAt(p, off)
+			_, err := f.ReadAt(p, off)
 			switch {
 			case errors.Is(err, syscall.ESTALE):
 			case err != nil:
@@ -485,15 +477,7 @@ func TestAReplacedVersionDoesNotCutAReadShort(t *testing.T) {
 				const size, half = 2 << 20, 1 << 20
 				st := b.fresh(t)
 				v1, v2 := randomBytes(size), randomBytes(newSize)
-				put(t, st, "f", v1)
-				// Every stat asks the store, so the mount learns of v2 at once.
-				dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
-				path := filepath.Join(dir, "f")
-				f, err := os.Open(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
+				f, path := openWatched(t, st, v1)
 				p := make([]byte, half)
 				if _, err := io.ReadFull(f, p); err != nil || !bytes.Equal(p, v1[:half]) {
 					t.Fatalf("first half: %v, v1's bytes %v", err, bytes.Equal(p, v1[:half]))
@@ -519,4 +503,20 @@ func TestAReplacedVersionDoesNotCutAReadShort(t *testing.T) {
 			})
 		}
 	}
+}
+
+// openWatched puts v1 at "f", mounts st with every stat asking the store,
+// so that the mount learns at once of a version that replaces it, and
+// opens f there (closed before the mount goes).
+func openWatched(t *testing.T, st store.Store, v1 []byte) (*os.File, string) {
+	t.Helper()
+	put(t, st, "f", v1)
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
+	path := filepath.Join(dir, "f")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, path
 }
