@@ -141,3 +141,61 @@ func TestHelmCABundle(t *testing.T) {
 		t.Errorf("controller has --ca-bundle by default")
 	}
 }
+
+// TestChartLints: helm lint --strict passes, and the values schema
+// refuses a misspelt key and a wrong type with a message naming them.
+func TestChartLints(t *testing.T) {
+	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
+	cmd := exec.Command(helm, "lint", "--strict", "deploy/helm/objfuse")
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	for set, want := range map[string]string{
+		"sidecars.image=x":      "additional properties 'image' not allowed",
+		"mounter.metrics=maybe": "/mounter/metrics",
+	} {
+		cmd := exec.Command(helm, "template", "objfuse", "deploy/helm/objfuse", "--set", set)
+		cmd.Dir = repoRoot(t)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("--set %s: %v, want an error saying %q:\n%s", set, err, want, out)
+		}
+	}
+}
+
+// TestDefaultChartImagesArePublic: with default values every image the
+// chart runs, mounter pods' included, names a registry: the chart works on
+// any cluster that can pull public images.
+func TestDefaultChartImagesArePublic(t *testing.T) {
+	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
+	objs := render(t, helm, "template", "objfuse", "deploy/helm/objfuse")
+	var images []string
+	for key, o := range objs {
+		y, _ := yaml.Marshal(o)
+		for _, line := range strings.Split(string(y), "\n") {
+			// Containers' image fields, and the mounter template's, which
+			// is a ConfigMap's text.
+			if _, img, ok := strings.Cut(strings.TrimSpace(strings.ReplaceAll(line, `\n`, "\n")), "image: "); ok {
+				images = append(images, key+" "+img)
+			}
+		}
+		if cm, ok := o["data"].(map[string]any); ok {
+			for _, line := range strings.Split(strOf(cm["mounter.yaml"]), "\n") {
+				if _, img, ok := strings.Cut(strings.TrimSpace(line), "image: "); ok {
+					images = append(images, key+" "+img)
+				}
+			}
+		}
+	}
+	if len(images) < 5 {
+		t.Fatalf("found only %d images: %q", len(images), images)
+	}
+	for _, ki := range images {
+		_, img, _ := strings.Cut(ki, " ")
+		host, _, named := strings.Cut(img, "/")
+		if !named || !strings.ContainsAny(host, ".:") {
+			t.Errorf("%s: not an image of a public registry", ki)
+		}
+	}
+}
