@@ -193,7 +193,7 @@ func New(opts Options) (*Driver, error) {
 	case opts.Events != nil:
 		d.events = opts.Events
 	case opts.KubeClient != nil && opts.serves(ModeNode):
-		d.events = newKubeEvents(opts.KubeClient, opts.Name, opts.NodeID, opts.KubeletDir, d.log)
+		d.events = &kubeEvents{recorder: newRecorder(opts.KubeClient, opts.Name, opts.NodeID), podsAt: d.podsAt, log: d.log}
 	default:
 		d.events = logEvents{d.log}
 	}

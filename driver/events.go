@@ -2,14 +2,10 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"path/filepath"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -32,13 +28,12 @@ func (l logEvents) Tell(_ context.Context, targets []string, eventType, reason, 
 }
 
 // kubeEvents records Events on pods, where `kubectl describe pod` shows
-// them.
+// them: the pods kubelet named when it published the targets, so that the
+// node plugin needs no right to read pods.
 type kubeEvents struct {
-	client     kubernetes.Interface
-	recorder   record.EventRecorder
-	node       string
-	kubeletDir string
-	log        *slog.Logger
+	recorder record.EventRecorder
+	podsAt   func(targets []string) []podRef
+	log      *slog.Logger
 }
 
 // newRecorder records Events through the API as component (on host).
@@ -46,16 +41,6 @@ func newRecorder(client kubernetes.Interface, component, host string) record.Eve
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: host})
-}
-
-func newKubeEvents(client kubernetes.Interface, driver, node, kubeletDir string, log *slog.Logger) *kubeEvents {
-	return &kubeEvents{
-		client:     client,
-		recorder:   newRecorder(client, driver, node),
-		node:       node,
-		kubeletDir: kubeletDir,
-		log:        log,
-	}
 }
 
 // Reasons of the node's Events.
@@ -74,36 +59,14 @@ const (
 )
 
 func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) error {
-	uids := map[string]bool{}
-	for _, t := range targets {
-		if uid := podUIDOf(k.kubeletDir, t); uid != "" {
-			uids[uid] = true
-		}
-	}
-	if len(uids) == 0 {
+	pods := k.podsAt(targets)
+	if len(pods) == 0 && len(targets) > 0 {
+		// Published before the node kept its pods: told in the log only.
+		k.log.Warn("event for no known pod", "reason", reason, "message", message, "targets", targets)
 		return nil
 	}
-	pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", k.node).String()})
-	if err != nil {
-		k.log.Warn("event: list pods", "reason", reason, "err", err)
-		return fmt.Errorf("list the pods of node %s: %w", k.node, err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if uids[string(p.UID)] {
-			k.recorder.Event(p, eventType, reason, message)
-		}
+	for _, p := range pods {
+		k.recorder.Event(&corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)}, eventType, reason, message)
 	}
 	return nil
-}
-
-// podUIDOf reads the pod UID out of a kubelet target path,
-// <kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount.
-func podUIDOf(kubeletDir, target string) string {
-	rel, err := filepath.Rel(filepath.Join(kubeletDir, "pods"), target)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return ""
-	}
-	uid, _, _ := strings.Cut(rel, string(filepath.Separator))
-	return uid
 }

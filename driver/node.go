@@ -269,6 +269,12 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
 	}
 	st.Targets[target] = ro
+	if vc := req.GetVolumeContext(); vc[ctxPodName] != "" {
+		if st.Pods == nil {
+			st.Pods = map[string]podRef{}
+		}
+		st.Pods[target] = podRef{Namespace: vc[ctxPodNamespace], Name: vc[ctxPodName], UID: vc[ctxPodUID]}
+	}
 	if err := d.saveState(st); err != nil {
 		d.mounts.UnmountAll(target)
 		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
@@ -291,6 +297,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	removeEmptyDir(req.GetTargetPath())
 	if st, err := d.loadState(req.GetVolumeId()); err == nil {
 		delete(st.Targets, req.GetTargetPath())
+		delete(st.Pods, req.GetTargetPath())
 		if err := d.saveState(st); err != nil {
 			return nil, status.Errorf(codes.Internal, "unpublish %s: %v", req.GetVolumeId(), err)
 		}

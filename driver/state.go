@@ -21,12 +21,48 @@ type stagedVolume struct {
 	MountGroup *uint32         `json:"mountGroup,omitempty"`
 	Staging    string          `json:"staging"`
 	Targets    map[string]bool `json:"targets"` // path → read-only
+	// Pods are the pods the targets were published for, by target, as
+	// kubelet told (podInfoOnMount): where the node's Events go.
+	Pods map[string]podRef `json:"pods,omitempty"`
 	// ToldLostUploads is the count of lost uploads of the mounter that
 	// the pods were told of, so that a restarted node plugin does not
 	// tell them again.
 	ToldLostUploads int64 `json:"toldLostUploads,omitempty"`
 	// ToldConflicts is the same for the mounter's write conflicts.
 	ToldConflicts int64 `json:"toldConflicts,omitempty"`
+}
+
+// podRef names a pod, for an Event about it.
+type podRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+}
+
+// Keys of a NodePublishVolume's volume context that name the pod it is
+// for (the CSIDriver's podInfoOnMount).
+const (
+	ctxPodName      = "csi.storage.k8s.io/pod.name"
+	ctxPodNamespace = "csi.storage.k8s.io/pod.namespace"
+	ctxPodUID       = "csi.storage.k8s.io/pod.uid"
+)
+
+// podsAt are the pods the volumes staged here were published at targets
+// for; a target published before objfuse kept them has none.
+func (d *Driver) podsAt(targets []string) []podRef {
+	want := map[string]bool{}
+	for _, t := range targets {
+		want[t] = true
+	}
+	var pods []podRef
+	for _, st := range d.stagedVolumes() {
+		for t, p := range st.Pods {
+			if want[t] {
+				pods = append(pods, p)
+			}
+		}
+	}
+	return pods
 }
 
 func (d *Driver) volumesDir() string { return filepath.Join(d.opts.StateDir, "volumes") }

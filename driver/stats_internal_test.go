@@ -64,3 +64,55 @@ func TestVolumeStatsTellWhatIsWrongWithTheMount(t *testing.T) {
 		}
 	}
 }
+
+// The pods a volume is published for are the ones kubelet names in the
+// volume context (podInfoOnMount): kept with the volume's state, across
+// a restart of the node plugin, and dropped with their target, so that
+// Events reach them with no right to read pods.
+func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
+	dir := t.TempDir()
+	fake := &mounts.Fake{}
+	opts := Options{Mode: ModeNode, NodeID: "n", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"), Events: &toldEvents{}, Mounts: fake}
+	d, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging := filepath.Join(dir, "staging")
+	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.saveState(&stagedVolume{VolumeID: "vol", Staging: staging, Targets: map[string]bool{}}); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := fake.MountFUSE(staging, "objfuse:b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.NewFile(uintptr(fd), "fuse").Close()
+	ctx := context.Background()
+	publish := func(pod string) string {
+		target := filepath.Join(dir, "pods", pod, "mount")
+		_, err := d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+			VolumeId: "vol", StagingTargetPath: staging, TargetPath: target, VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}},
+			VolumeContext: map[string]string{ctxPodName: pod, ctxPodNamespace: "team-" + pod, ctxPodUID: "uid-" + pod},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return target
+	}
+	a, b := publish("a"), publish("b")
+	d, err = New(opts) // a restarted node plugin
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.podsAt([]string{a}); len(got) != 1 || got[0] != (podRef{Namespace: "team-a", Name: "a", UID: "uid-a"}) {
+		t.Fatalf("pods at %s: %v, want pod a in team-a", a, got)
+	}
+	if _, err := d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: a}); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.podsAt([]string{a, b}); len(got) != 1 || got[0].Name != "b" {
+		t.Fatalf("pods after a's unpublish: %v, want b only", got)
+	}
+}

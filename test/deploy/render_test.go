@@ -9,10 +9,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
 func repoRoot(t *testing.T) string {
@@ -197,5 +200,60 @@ func TestDefaultChartImagesArePublic(t *testing.T) {
 		if !named || !strings.ContainsAny(host, ".:") {
 			t.Errorf("%s: not an image of a public registry", ki)
 		}
+	}
+}
+
+// TestLeastRights: the node plugin's service account may create Events
+// anywhere and read pods only in the driver's namespace (it learns the
+// pods a volume serves from kubelet, not from the API); mounter pods admit
+// connections only to their metrics port, from the monitoring namespace.
+func TestLeastRights(t *testing.T) {
+	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
+	objs := render(t, helm, "template", "objfuse", "deploy/helm/objfuse")
+	rules := func(key string) []string {
+		o, ok := objs[key]
+		if !ok {
+			t.Fatalf("no %s", key)
+		}
+		var out []string
+		for _, r := range o["rules"].([]any) {
+			r := r.(map[string]any)
+			for _, res := range r["resources"].([]any) {
+				for _, v := range r["verbs"].([]any) {
+					out = append(out, res.(string)+":"+v.(string))
+				}
+			}
+		}
+		return out
+	}
+	if got := rules("ClusterRole//objfuse-node"); !reflect.DeepEqual(got, []string{"events:create", "events:patch"}) {
+		t.Errorf("the node's ClusterRole grants %q, want Events only", got)
+	}
+	if got := rules("Role/objfuse-system/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get"}) {
+		t.Errorf("the node's Role in objfuse-system grants %q, want get pods only", got)
+	}
+	np := objs["NetworkPolicy/objfuse-system/objfuse-mounter"]
+	y, _ := yaml.Marshal(np["spec"])
+	want := `ingress:
+- from:
+  - namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: monitoring
+  ports:
+  - port: ` + strconv.Itoa(spec.MetricsPort) + `
+    protocol: TCP
+podSelector:
+  matchLabels:
+    app.kubernetes.io/component: mounter
+policyTypes:
+- Ingress
+`
+	if string(y) != want {
+		t.Errorf("the mounters' NetworkPolicy:\n%s\nwant:\n%s", y, want)
+	}
+	// Without metrics, nothing may connect to a mounter.
+	np = render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set", "mounter.metrics=false")["NetworkPolicy/objfuse-system/objfuse-mounter"]
+	if in, ok := np["spec"].(map[string]any)["ingress"]; !ok || len(in.([]any)) != 0 {
+		t.Errorf("without metrics the NetworkPolicy admits %v, want nothing", in)
 	}
 }
