@@ -99,12 +99,7 @@ var ProblemKinds = []string{ProblemAccess, ProblemBucket, ProblemUnavailable}
 // Call sends req (with fd attached when fd >= 0) to the mounter listening
 // at socket and returns its reply.
 func Call(ctx context.Context, socket string, req Request, fd int) (Reply, error) {
-	var conn net.Conn
-	err := withShortPath(socket, func(path string) (err error) {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "unix", path)
-		return err
-	})
+	conn, err := dialSocket(ctx, socket)
 	if err != nil {
 		return Reply{}, fmt.Errorf("connect to mounter at %s: %w", socket, err)
 	}
@@ -217,6 +212,29 @@ func Listen(socket string) (*net.UnixListener, error) {
 	l.SetUnlinkOnClose(false) // the short name may be gone; a restart replaces the socket
 	os.Chmod(socket, 0o600)
 	return l, nil
+}
+
+// dialSocket connects to the Unix socket at socket, which must be one and
+// not a symlink: the socket's directory is the mounter's, and a mounter
+// (unprivileged, and maybe not what it seems) must not point the node
+// plugin (privileged, handing over a FUSE handle) at another socket of the
+// node. The socket is reached through an O_PATH handle on it, which
+// also keeps the name short enough for a sockaddr_un.
+func dialSocket(ctx context.Context, socket string) (net.Conn, error) {
+	fd, err := unix.Open(socket, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: socket, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: socket, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket (mode %o): refused", socket, st.Mode)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // maxSocketPath is what fits in a sockaddr_un with its NUL.

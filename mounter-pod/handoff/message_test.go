@@ -94,6 +94,53 @@ func openHandlesOn(t *testing.T, path string) int {
 
 // An answer bigger than maxReply is refused, not read into the node
 // plugin's memory whole.
+// The node plugin connects only to a socket at the mounter's socket path,
+// never through a symlink there, nor to a file that is not a socket: the
+// directory is the (unprivileged) mounter's, and it must not point the
+// (privileged) node plugin at another socket of the node. A socket deep
+// in kubelet's directories, past what a sockaddr_un holds, is reached.
+func TestCallConnectsToNoSymlink(t *testing.T) {
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere.sock")
+	l, err := Listen(elsewhere)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go Serve(ctx, l, func(req Request, fd int) Reply { return Reply{OK: true} })
+	if _, err := Call(ctx, elsewhere, Request{Op: OpStatus}, -1); err != nil {
+		t.Fatalf("the socket itself: %v", err)
+	}
+	dir := t.TempDir()
+	link := filepath.Join(dir, SocketName)
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Call(ctx, link, Request{Op: OpStatus}, -1); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("through a symlink: %v, want it refused as not a socket", err)
+	}
+	plain := filepath.Join(dir, "plain")
+	os.WriteFile(plain, nil, 0o600)
+	if _, err := Call(ctx, plain, Request{Op: OpStatus}, -1); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("a plain file: %v, want it refused as not a socket", err)
+	}
+	deep := t.TempDir()
+	for len(deep) <= maxSocketPath {
+		deep = filepath.Join(deep, "kubernetes.io~empty-dir")
+	}
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err = Listen(filepath.Join(deep, SocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go Serve(ctx, l, func(req Request, fd int) Reply { return Reply{OK: true} })
+	if _, err := Call(ctx, filepath.Join(deep, SocketName), Request{Op: OpStatus}, -1); err != nil {
+		t.Fatalf("a socket at a long path: %v", err)
+	}
+}
+
 func TestAnOversizedReplyIsRefused(t *testing.T) {
 	big := `{"ok":true,"error":"` + strings.Repeat("x", maxReply) + `"}`
 	if _, err := readReply(strings.NewReader(big)); err == nil || !strings.Contains(err.Error(), "more than") {
