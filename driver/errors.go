@@ -41,6 +41,7 @@ var storeCodes = []struct {
 	{s3store.ErrBucketOwned, codes.AlreadyExists, ""},
 	{s3store.ErrTooManyBuckets, codes.ResourceExhausted, `use a shared bucket (StorageClass parameter "bucket")`},
 	{s3store.ErrBucketNotEmpty, codes.FailedPrecondition, ""},
+	{s3store.ErrRefused, codes.Internal, ""},
 	{store.ErrUnavailable, codes.Unavailable, ""},
 }
 

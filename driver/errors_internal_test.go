@@ -32,6 +32,7 @@ func TestS3FailuresGetTheTablesCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", s3store.ErrTooManyBuckets), codes.ResourceExhausted, `parameter "bucket"`},
 		{fmt.Errorf("x: %w", s3store.ErrBucketNotEmpty), codes.FailedPrecondition, ""},
 		{fmt.Errorf("x: %w", store.ErrUnavailable), codes.Unavailable, ""},
+		{fmt.Errorf("x (OperationAborted): %w (%w)", store.ErrUnavailable, s3store.ErrRefused), codes.Internal, "OperationAborted"},
 		{errors.New("something else"), codes.Internal, "something else"},
 		{status.Error(codes.Aborted, "made before"), codes.Aborted, "made before"},
 	}

@@ -89,7 +89,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if old.Staging != st.Staging {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", st.VolumeID, old.Staging)
 		}
-		st.Targets = old.Targets
+		st.Targets, st.Pods = old.Targets, old.Pods
 		if old.MounterUID == st.MounterUID {
 			st.ToldLostUploads, st.ToldConflicts = old.ToldLostUploads, old.ToldConflicts
 		}
@@ -251,6 +251,13 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	ro := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
 	if m, ok, _ := mounts.Mounted(d.mounts, target); ok {
 		if m.FsType == mounts.FSType && st.Targets[target] == ro {
+			// Published already; a node plugin older than the pods it
+			// keeps learns whose it is now.
+			if _, known := st.Pods[target]; !known && keepPod(st, target, req.GetVolumeContext()) {
+				if err := d.saveState(st); err != nil {
+					d.log.Warn("remember the pod of a target", "volume", st.VolumeID, "target", target, "err", err)
+				}
+			}
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted with other options", target)
@@ -269,12 +276,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)
 	}
 	st.Targets[target] = ro
-	if vc := req.GetVolumeContext(); vc[ctxPodName] != "" {
-		if st.Pods == nil {
-			st.Pods = map[string]podRef{}
-		}
-		st.Pods[target] = podRef{Namespace: vc[ctxPodNamespace], Name: vc[ctxPodName], UID: vc[ctxPodUID]}
-	}
+	keepPod(st, target, req.GetVolumeContext())
 	if err := d.saveState(st); err != nil {
 		d.mounts.UnmountAll(target)
 		return nil, status.Errorf(codes.Internal, "publish %s: %v", req.GetVolumeId(), err)

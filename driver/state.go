@@ -47,6 +47,19 @@ const (
 	ctxPodUID       = "csi.storage.k8s.io/pod.uid"
 )
 
+// keepPod remembers the pod a publish at target is for, from its volume
+// context, and says whether there was one.
+func keepPod(st *stagedVolume, target string, vc map[string]string) bool {
+	if vc[ctxPodName] == "" {
+		return false
+	}
+	if st.Pods == nil {
+		st.Pods = map[string]podRef{}
+	}
+	st.Pods[target] = podRef{Namespace: vc[ctxPodNamespace], Name: vc[ctxPodName], UID: vc[ctxPodUID]}
+	return true
+}
+
 // podsAt are the pods the volumes staged here were published at targets
 // for; a target published before objfuse kept them has none.
 func (d *Driver) podsAt(targets []string) []podRef {

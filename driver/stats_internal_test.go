@@ -30,7 +30,7 @@ func TestVolumeStatsTellWhatIsWrongWithTheMount(t *testing.T) {
 	if err := d.saveState(st); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := fake.MountFUSE(staging, "objfuse:b", false)
+	fd, err := fake.MountFUSE(staging, "objfuse:bucket-1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,16 +84,17 @@ func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
 	if err := d.saveState(&stagedVolume{VolumeID: "vol", Staging: staging, Targets: map[string]bool{}}); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := fake.MountFUSE(staging, "objfuse:b", false)
+	fd, err := fake.MountFUSE(staging, "objfuse:bucket-1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.NewFile(uintptr(fd), "fuse").Close()
 	ctx := context.Background()
+	publishCap := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
 	publish := func(pod string) string {
 		target := filepath.Join(dir, "pods", pod, "mount")
 		_, err := d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-			VolumeId: "vol", StagingTargetPath: staging, TargetPath: target, VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}},
+			VolumeId: "vol", StagingTargetPath: staging, TargetPath: target, VolumeCapability: publishCap,
 			VolumeContext: map[string]string{ctxPodName: pod, ctxPodNamespace: "team-" + pod, ctxPodUID: "uid-" + pod},
 		})
 		if err != nil {
@@ -106,6 +107,14 @@ func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Staged again for a replaced mounter pod: the pods stay.
+	if _, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: "vol", StagingTargetPath: staging, VolumeCapability: publishCap,
+		PublishContext: map[string]string{PublishContextMounterUID: "01234567-89ab-cdef-0123-456789abcdef"},
+		VolumeContext:  map[string]string{"bucket": "bucket-1", "endpoint": "http://127.0.0.1:9000"},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if got := d.podsAt([]string{a}); len(got) != 1 || got[0] != (podRef{Namespace: "team-a", Name: "a", UID: "uid-a"}) {
 		t.Fatalf("pods at %s: %v, want pod a in team-a", a, got)
 	}
@@ -114,5 +123,18 @@ func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
 	}
 	if got := d.podsAt([]string{a, b}); len(got) != 1 || got[0].Name != "b" {
 		t.Fatalf("pods after a's unpublish: %v, want b only", got)
+	}
+	// A target published before the node kept pods learns its pod when
+	// kubelet publishes it again.
+	st, err := d.loadState("vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Pods = nil
+	if err := d.saveState(st); err != nil {
+		t.Fatal(err)
+	}
+	if publish("b"); len(d.podsAt([]string{b})) != 1 {
+		t.Fatalf("pods at %s after a publish again: %v", b, d.podsAt([]string{b}))
 	}
 }

@@ -22,6 +22,10 @@ var (
 	ErrTooManyBuckets = errors.New("too many buckets")
 	// ErrBucketNotEmpty: a bucket to remove still holds objects.
 	ErrBucketNotEmpty = errors.New("bucket not empty")
+	// ErrRefused: S3 refused the request for a reason none of the kinds
+	// names (a 4xx such as 405 MethodNotAllowed or 409 OperationAborted):
+	// not an outage to wait out. It comes with the store's kind.
+	ErrRefused = errors.New("request refused")
 	// ErrTLS: the endpoint's certificate is not one the client trusts
 	// (or it does not speak TLS): a setting to fix, not an outage. It
 	// comes with store.ErrUnavailable.
@@ -72,7 +76,11 @@ func explain(err error, endpoint, bucket string) error {
 	case resp.Code == "BucketNotEmpty":
 		return why(ErrBucketNotEmpty, "bucket %q at %s is not empty", bucket, endpoint)
 	case resp.Code != "" && resp.StatusCode != 0 && resp.StatusCode < 500:
-		return fmt.Errorf("%s: bucket %q: %s (%s): %w", endpoint, bucket, resp.Message, resp.Code, mapErr(err))
+		kind := mapErr(err)
+		if errors.Is(kind, store.ErrUnavailable) {
+			kind = fmt.Errorf("%w (%w)", kind, ErrRefused)
+		}
+		return fmt.Errorf("%s: bucket %q: %s (%s): %w", endpoint, bucket, resp.Message, resp.Code, kind)
 	case errors.Is(err, context.DeadlineExceeded):
 		return why(store.ErrUnavailable, "cannot reach S3 endpoint %s: no answer in time", endpoint)
 	}
