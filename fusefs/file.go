@@ -584,8 +584,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		// is tried again by the last RELEASE, which reports it if that
 		// fails too.
 		if n.err != nil || n.fsys.stopPassed() {
-			n.leaveJournaledLocked() // out of the pending count first (see uploadLeftLocked)
-			n.reportLost(err)
+			n.giveUpLocked(err)
 		}
 		return syscall.EIO
 	}
@@ -633,10 +632,7 @@ func (n *fileNode) uploadLeftLocked() {
 			if closedAsync {
 				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
 			}
-			// Out of the pending count before it is counted lost: a
-			// health report between names it once, not twice.
-			n.leaveJournaledLocked()
-			n.reportLost(n.uploadErr) // unless syncLocked did, or it was told
+			n.giveUpLocked(n.uploadErr) // unless syncLocked did, or it was told
 		}
 		cancel()
 	case n.dirty && n.err != nil && n.closedAsync:
@@ -648,6 +644,17 @@ func (n *fileNode) uploadLeftLocked() {
 	}
 	n.dropLocal()
 	n.err = nil
+}
+
+// giveUpLocked takes content whose upload failed for good out of the
+// pending count and counts it lost, at once for a health report (which
+// reads both under the same lock): a report names it in one or the other,
+// never in both nor in neither.
+func (n *fileNode) giveUpLocked(err error) {
+	n.fsys.tally.Lock()
+	defer n.fsys.tally.Unlock()
+	n.leaveJournaledLocked()
+	n.reportLost(err)
 }
 
 // reportLost tells, once, of content closed asynchronously that will not

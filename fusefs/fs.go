@@ -77,6 +77,9 @@ type FS struct {
 	// lostFiles are the keys of the latest lost uploads (Health).
 	lostMu    sync.Mutex
 	lostFiles []string
+	// tally: a file moves from pending to lost under it, and Health reads
+	// both under it (fileNode.giveUpLocked).
+	tally sync.Mutex
 	// lastConflict describes the latest change kept under a conflict
 	// name (Health).
 	lastConflict atomic.Pointer[string]

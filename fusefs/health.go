@@ -50,6 +50,7 @@ func (f *FS) Health() Health {
 		sh := r.Health()
 		h.Problem, h.ProblemSince = sh.Problem, sh.Since
 	}
+	f.tally.Lock() // lost and pending as of one moment (giveUpLocked)
 	h.LostUploads = f.stats.AsyncUploadErrors.Load()
 	if p := f.lostUpload.Load(); p != nil {
 		h.LastLostUpload = *p
@@ -61,6 +62,7 @@ func (f *FS) Health() Health {
 	if f.journal != nil {
 		h.PendingFiles = f.journal.pendingKeys(MaxNamed)
 	}
+	f.tally.Unlock()
 	h.Conflicts = f.stats.Conflicts.Load()
 	if p := f.lastConflict.Load(); p != nil {
 		h.LastConflict = *p
