@@ -226,17 +226,22 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 		return err
 	}
 	told := n.attr.etag
-	st, err := n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
+	st, size, err := n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
 	// Another writer replaced the object since its attributes were read:
 	// the change starts from the version there now. A file replaced over
 	// and over may change again while it loads: a few tries, then ESTALE.
 	for try := 0; errors.Is(err, store.ErrChanged) && try < loadTries; try++ {
 		if err = n.revalidateLocked(ctx, key); err == nil {
-			st, err = n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
+			st, size, err = n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
 		}
 	}
 	if err != nil {
 		return err
+	}
+	if size != n.attr.size {
+		// The attributes were another version's size (see loadStaging).
+		n.attr.size = size
+		n.dropKernelCacheLater()
 	}
 	n.staging, n.base = st, n.attr.etag
 	if n.attr.etag != told {
@@ -679,7 +684,7 @@ func (n *fileNode) keepForUnlink(ctx context.Context) {
 	// delete fail).
 	n.settleJournalLocked()
 	if n.opens > 0 && !n.local() && n.stored && n.attr.size <= n.fsys.opts.StagingLimit/4 {
-		st, err := n.fsys.loadStaging(ctx, n.key(), n.attr.etag, n.attr.size)
+		st, _, err := n.fsys.loadStaging(ctx, n.key(), n.attr.etag, n.attr.size)
 		if err == nil {
 			n.staging = st
 		}

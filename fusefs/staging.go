@@ -99,16 +99,31 @@ func (s *stagingFile) size() (int64, error) {
 	return fi.Size(), nil
 }
 
-// loadStaging copies the size bytes of version etag of key into a new
-// staging file.
-func (f *FS) loadStaging(ctx context.Context, key, etag string, size int64) (*stagingFile, error) {
-	return f.stagingFrom(size, strconv.Quote(key), func() (io.ReadCloser, error) {
-		return f.store.Get(ctx, key, etag, 0, size)
+// loadStaging copies version etag of key, whole, into a new staging file
+// and says how long it is. size is the length its attributes said, which
+// the version may belie: a server can answer a HEAD with one version's
+// size and another's ETag (versitygw does, racing a PUT), and the first
+// size bytes of an appended-to version are the older one's content. A
+// change made from such a copy would be stored conditional on the newer
+// version, and silently drop what it added. Read to its end, the copy is
+// the version the GET conditional on its ETag gave, all of it.
+func (f *FS) loadStaging(ctx context.Context, key, etag string, size int64) (*stagingFile, int64, error) {
+	s, err := f.stagingFrom(size, strconv.Quote(key), func() (io.ReadCloser, error) {
+		return f.store.Get(ctx, key, etag, 0, -1)
 	})
+	if err != nil {
+		return nil, 0, err
+	}
+	got, err := s.size()
+	if err != nil {
+		s.Close()
+		return nil, 0, err
+	}
+	return s, got, nil
 }
 
-// stagingFrom copies the size bytes open gives, of what, into a new
-// staging file.
+// stagingFrom copies what open gives, of what, into a new staging file:
+// size bytes are expected, and what more there is is taken too.
 func (f *FS) stagingFrom(size int64, what string, open func() (io.ReadCloser, error)) (*stagingFile, error) {
 	s, err := f.newStaging()
 	if err != nil {
@@ -118,21 +133,35 @@ func (f *FS) stagingFrom(size int64, what string, open func() (io.ReadCloser, er
 		s.Close()
 		return nil, err
 	}
-	if size > 0 {
-		body, err := open()
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		defer body.Close()
-		n, err := io.Copy(s.f, body)
-		if err == nil && n != size {
-			err = fmt.Errorf("read %d of %d bytes of %s: %w", n, size, what, io.ErrUnexpectedEOF)
-		}
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
+	body, err := open()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	defer body.Close()
+	n, err := io.Copy(&stagingAppender{s: s}, body)
+	if err == nil && n < size {
+		err = fmt.Errorf("read %d of %d bytes of %s: %w", n, size, what, io.ErrUnexpectedEOF)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
+}
+
+// stagingAppender writes to a staging file from off on, accounting for
+// what it writes (WriteAt).
+type stagingAppender struct {
+	s   *stagingFile
+	off int64
+}
+
+
+func (a *stagingAppender) Write(p []byte) (int, error) {
+	if err := a.s.WriteAt(p, a.off); err != nil {
+		return 0, err
+	}
+	a.off += int64(len(p))
+	return len(p), nil
 }
