@@ -157,7 +157,6 @@ type stagingAppender struct {
 	off int64
 }
 
-
 func (a *stagingAppender) Write(p []byte) (int, error) {
 	if err := a.s.WriteAt(p, a.off); err != nil {
 		return 0, err
