@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -530,14 +531,15 @@ func openWatched(t *testing.T, st store.Store, v1 []byte) (*os.File, string) {
 func TestAnAppendKeepsWhatAnAttributeOfTwoVersionsHid(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			st := &sizeOfAnother{Store: b.fresh(t), key: "f", size: -1}
+			st := &sizeOfAnother{Store: b.fresh(t), key: "f"}
+			st.size.Store(-1)
 			put(t, st, "f", []byte("aaaa"))
 			dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
 			path := filepath.Join(dir, "f")
 			if _, err := os.Stat(path); err != nil {
 				t.Fatal(err)
 			}
-			st.size = 4 // from now on, attributes say the first version's size
+			st.size.Store(4) // from now on, attributes say the first version's size
 			put(t, st, "f", []byte("aaaabbbb"))
 			if err := appendTo(path, []byte("cccc")); err != nil {
 				t.Fatalf("append: %v", err)
@@ -554,13 +556,13 @@ func TestAnAppendKeepsWhatAnAttributeOfTwoVersionsHid(t *testing.T) {
 type sizeOfAnother struct {
 	store.Store
 	key  string
-	size int64
+	size atomic.Int64 // set by the test while the mount asks
 }
 
 func (s *sizeOfAnother) Head(ctx context.Context, key string) (store.Object, error) {
 	o, err := s.Store.Head(ctx, key)
-	if err == nil && key == s.key && s.size >= 0 {
-		o.Size = s.size
+	if size := s.size.Load(); err == nil && key == s.key && size >= 0 {
+		o.Size = size
 	}
 	return o, err
 }
@@ -568,8 +570,8 @@ func (s *sizeOfAnother) Head(ctx context.Context, key string) (store.Object, err
 func (s *sizeOfAnother) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
 	return func(yield func(store.Entry, error) bool) {
 		for e, err := range s.Store.List(ctx, prefix, startAfter, recursive) {
-			if err == nil && e.Key == s.key && s.size >= 0 {
-				e.Size = s.size
+			if size := s.size.Load(); err == nil && e.Key == s.key && size >= 0 {
+				e.Size = size
 			}
 			if !yield(e, err) {
 				return
