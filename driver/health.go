@@ -122,12 +122,18 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 // are the mounter's last few.
 func lostNames(h handoff.Health, lost int64) string {
 	named := h.LostFiles[max(0, len(h.LostFiles)-int(min(lost, int64(len(h.LostFiles))))):]
-	list := strings.Join(named, ", ")
-	if more := lost - int64(len(named)); more > 0 {
-		list += fmt.Sprintf(" and %d more (the mounter's log names every one)", more)
-	}
 	if len(named) == 0 {
-		list = "not named (an older mounter)"
+		return "not named (an older mounter)"
+	}
+	return namesOf(named, lost, " (the mounter's log names every one)")
+}
+
+// namesOf lists named, the first of total files, and says how many more
+// there are, with why.
+func namesOf(named []string, total int64, why string) string {
+	list := strings.Join(named, ", ")
+	if more := total - int64(len(named)); more > 0 {
+		list += fmt.Sprintf(" and %d more%s", more, why)
 	}
 	return list
 }
@@ -145,10 +151,7 @@ func (d *Driver) tellPendingGone(ctx context.Context, st *stagedVolume) {
 	if p.PendingUploads == 0 {
 		return
 	}
-	named := strings.Join(p.PendingFiles, ", ")
-	if more := p.PendingUploads - int64(len(p.PendingFiles)); more > 0 {
-		named += fmt.Sprintf(" and %d more", more)
-	}
+	named := namesOf(p.PendingFiles, p.PendingUploads, "")
 	d.log.Error("mounter pod replaced with uploads pending", "volume", st.VolumeID, "files", p.PendingUploads, "names", named)
 	_ = d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
 		"The mounter pod of volume %s was replaced while %d file(s) closed asynchronously (asyncClose) waited in its journal for their upload to S3 (at its last check, %s). The journal went with the pod: unless the old mounter uploaded them in its last seconds, their data is not stored. The files: %s. Check them in S3 and write them again if they are missing.",

@@ -17,27 +17,21 @@ type mountFlag struct {
 }
 
 func (f mountFlag) String() string {
-	if f.into == nil { // the zero value flag.PrintDefaults makes
-		return flagDefault(f.opt)
+	v, ok := f.into[f.opt.Param] // a nil map: the zero value flag.PrintDefaults makes
+	if !ok {
+		v = f.opt.Default
 	}
-	if v, ok := f.into[f.opt.Param]; ok {
-		if f.opt.Negated {
-			b, _ := strconv.ParseBool(v)
-			return strconv.FormatBool(!b)
-		}
-		return v
-	}
-	return flagDefault(f.opt)
+	return asFlag(f.opt, v)
 }
 
-// flagDefault is the option's default as the flag reads: the opposite of
-// the parameter's for a Negated one.
-func flagDefault(o volume.MountOption) string {
+// asFlag is a parameter's value as the option's flag reads it: the
+// opposite for a Negated one.
+func asFlag(o volume.MountOption, v string) string {
 	if o.Negated {
-		b, _ := strconv.ParseBool(o.Default)
+		b, _ := strconv.ParseBool(v)
 		return strconv.FormatBool(!b)
 	}
-	return o.Default
+	return v
 }
 
 func (f mountFlag) Set(v string) error {

@@ -47,10 +47,10 @@ func explain(err error, endpoint, bucket string) error {
 	if msg, ok := ExplainRegion(err); ok {
 		return fmt.Errorf("%s: bucket %q: %s: %w: %w", endpoint, bucket, msg, store.ErrInvalid, err)
 	}
-	if bucket == "" {
-		bucket = minio.ToErrorResponse(err).BucketName
-	}
 	resp := minio.ToErrorResponse(err)
+	if bucket == "" {
+		bucket = resp.BucketName
+	}
 	why := func(kind error, format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), kind, err)
 	}
