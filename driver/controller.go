@@ -13,6 +13,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -24,11 +25,6 @@ const (
 	tagCapacity = "objfuse.csi.io/capacity"
 	metaVolume  = "Objfuse-Volume-Name"
 	metaCap     = "Objfuse-Capacity"
-)
-
-const (
-	provisionerSecret = "csi.storage.k8s.io/provisioner-secret"
-	publishSecret     = "csi.storage.k8s.io/controller-publish-secret"
 )
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
@@ -128,7 +124,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "StorageClass %v", err)
 	}
-	creds, err := d.credentials(req.GetSecrets(), provisionerSecret)
+	creds, err := d.credentials(req.GetSecrets(), lifecycle.ProvisionerSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +245,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		d.log.Info("delete: not an objfuse volume id; nothing to do", "volume", req.GetVolumeId())
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	creds, err := d.credentials(req.GetSecrets(), provisionerSecret)
+	creds, err := d.credentials(req.GetSecrets(), lifecycle.ProvisionerSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +350,7 @@ func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 
 // checkExists is NotFound when the volume's bucket or prefix is gone.
 func (d *Driver) checkExists(ctx context.Context, id volume.ID, secrets map[string]string, volumeID string) error {
-	creds, err := d.credentials(secrets, publishSecret)
+	creds, err := d.credentials(secrets, lifecycle.PublishSecret)
 	if err != nil {
 		return err
 	}

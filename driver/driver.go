@@ -22,9 +22,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -60,20 +59,13 @@ type Options struct {
 	DefaultCredentialsForVolumes bool
 	CABundle                     string
 
-	// Launcher starts mounters (controller mode).
-	Launcher launcher.Launcher
-	// KubeClient, when set, lets the controller collect orphaned mounter
-	// pods and keep their credentials current, and the node emit Events
-	// on pods.
-	KubeClient kubernetes.Interface
-	// CredentialsSyncEvery is how often the controller copies rotated
-	// credentials into mounter Secrets; 0 means 30s.
-	CredentialsSyncEvery time.Duration
-	// MounterCheckEvery is how often the controller checks that every
-	// attached volume has its mounter pod; 0 means 10s.
-	MounterCheckEvery time.Duration
-	// Namespace is where mounter pods run; the node looks there for a
+	// Launcher starts and stops mounters, and keeps them right while the
+	// controller serves (controller mode).
+	Launcher lifecycle.Launcher
+	// KubeClient, when set, lets the node emit Events on pods and find a
 	// mounter pod that replaced the one it was given.
+	KubeClient kubernetes.Interface
+	// Namespace is where mounter pods run.
 	Namespace string
 
 	// KubeletDir is kubelet's root directory; mounter sockets live in pod
@@ -107,14 +99,7 @@ type Driver struct {
 	log     *slog.Logger
 	metrics *metrics
 	locks   keyLocks
-	// cache feeds the controller's periodic loops (set before they start).
-	cache *clusterCache
-	// recorder records the controller's Events (on PersistentVolumes);
-	// set with KubeClient, which the loops that use it need too.
-	recorder record.EventRecorder
-	// syncProblems: volume → why its credentials are not synced, as last
-	// told (credentials sync loop only).
-	syncProblems map[string]string
+	creds   lifecycle.Credentials
 
 	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
 	abnormalMu sync.Mutex
@@ -138,12 +123,6 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.MounterCheckEvery == 0 {
-		opts.MounterCheckEvery = mounterCheckEvery
-	}
-	if opts.CredentialsSyncEvery == 0 {
-		opts.CredentialsSyncEvery = credentialsSyncEvery
 	}
 	if opts.ReconcileEvery == 0 {
 		opts.ReconcileEvery = 5 * time.Second
@@ -184,10 +163,9 @@ func New(opts Options) (*Driver, error) {
 			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
 		}
 	}
-	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), abnormal: map[string]string{}, pending: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}, mounts: opts.Mounts}
-	d.syncProblems = map[string]string{}
-	if opts.KubeClient != nil && opts.serves(ModeController) {
-		d.recorder = newRecorder(opts.KubeClient, opts.Name, "")
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), creds: opts.Credentials(), abnormal: map[string]string{}, pending: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}, mounts: opts.Mounts}
+	if opts.serves(ModeController) {
+		d.metrics.reg.MustRegister(opts.Launcher)
 	}
 	switch {
 	case opts.Events != nil:
@@ -202,8 +180,14 @@ func New(opts Options) (*Driver, error) {
 
 func (o Options) serves(m Mode) bool { return o.Mode == m || o.Mode == ModeAll }
 
+// Credentials are where the driver's mounters and S3 requests get their
+// keys, as the options say.
+func (o Options) Credentials() lifecycle.Credentials {
+	return lifecycle.Credentials{DefaultDir: o.DefaultCredentialsDir, DefaultForVolumes: o.DefaultCredentialsForVolumes, CABundle: o.CABundle}
+}
+
 // Serve serves CSI on endpoint ("unix:///path" or a path) until ctx ends,
-// with the node's reconcile loop and the controller's garbage collector.
+// with the node's reconcile loop and the launcher's upkeep of mounters.
 func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 	l, err := Listen(endpoint)
 	if err != nil {
@@ -213,6 +197,7 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 	csi.RegisterIdentityServer(srv, d)
 	if d.opts.serves(ModeController) {
 		csi.RegisterControllerServer(srv, d)
+		go d.opts.Launcher.Run(ctx)
 	}
 	if d.opts.serves(ModeNode) {
 		csi.RegisterNodeServer(srv, d)
@@ -221,46 +206,12 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 		}
 		go d.reconcileLoop(ctx)
 	}
-	if k, ok := d.opts.Launcher.(*launcher.Kube); ok && d.opts.serves(ModeController) && d.opts.KubeClient != nil {
-		go func() {
-			if err := d.startCache(ctx, k); err != nil {
-				d.log.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
-				return
-			}
-			go every(ctx, time.Minute, func() { d.collectOrphans(ctx, k) })
-			go every(ctx, d.opts.CredentialsSyncEvery, func() {
-				if _, err := d.syncCredentials(ctx, k); err != nil {
-					d.log.Warn("credentials sync", "err", err)
-				}
-			})
-			go every(ctx, d.opts.MounterCheckEvery, func() {
-				if _, err := d.relaunchMissing(ctx, k); err != nil {
-					d.log.Warn("mounter check", "err", err)
-				}
-			})
-		}()
-	}
 	go func() {
 		<-ctx.Done()
 		srv.GracefulStop()
 	}()
 	d.log.Info("serving CSI", "endpoint", endpoint, "mode", d.opts.Mode, "name", d.opts.Name, "version", d.opts.Version)
 	return srv.Serve(l)
-}
-
-// every runs pass each period, the first time one period from now, until
-// ctx ends: the controller's periodic loops.
-func every(ctx context.Context, period time.Duration, pass func()) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pass()
-	}
 }
 
 // Listen opens a CSI endpoint, replacing a stale socket.

@@ -52,12 +52,6 @@ const (
 	reasonConflict     = "ObjfuseWriteConflict"
 )
 
-// Reasons of the controller's Events on PersistentVolumes.
-const (
-	reasonCredentialsNotSynced = "ObjfuseCredentialsNotSynced"
-	reasonCredentialsSynced    = "ObjfuseCredentialsSynced"
-)
-
 func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) error {
 	pods := k.podsAt(targets)
 	if len(pods) == 0 && len(targets) > 0 {

@@ -19,11 +19,6 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	repairs  prometheus.Counter
 	abnormal prometheus.Gauge
-	orphans  prometheus.Counter
-	// credentialUpdates counts mounter Secrets brought up to a rotated source.
-	credentialUpdates prometheus.Counter
-	// relaunches counts mounter pods started again for attached volumes.
-	relaunches prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -42,17 +37,8 @@ func newMetrics() *metrics {
 		abnormal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "objfuse", Name: "abnormal_volumes", Help: "Staged volumes whose mount does not answer, or whose S3 requests fail for a reason a person must fix (refused credentials, a deleted bucket, an endpoint gone).",
 		}),
-		orphans: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "objfuse", Name: "orphaned_mounters_deleted_total", Help: "Mounter pods deleted for want of a VolumeAttachment.",
-		}),
-		relaunches: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "objfuse", Name: "mounters_relaunched_total", Help: "Mounter pods started again because an attached volume's pod was gone.",
-		}),
-		credentialUpdates: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "objfuse", Name: "mounter_credential_updates_total", Help: "Mounter credential Secrets updated after their source Secret changed.",
-		}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.orphans, m.credentialUpdates, m.relaunches,
+	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -17,7 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 	"github.com/objfuse/objfuse/volume"
@@ -44,8 +44,8 @@ func TestPublishReportsPendingMounter(t *testing.T) {
 	d, err := driver.New(driver.Options{
 		Mode:       driver.ModeController,
 		S3Defaults: volume.Defaults{Endpoint: env.MinIO.Endpoint, PathStyle: true},
-		Launcher: &launcher.Kube{Client: kc, Namespace: "objfuse-system", Template: spec.Template{Image: "objfuse:test"},
-			ReadyTimeout: time.Second, Poll: 10 * time.Millisecond, Logger: slog.Default()},
+		Launcher: lifecycle.NewKube(lifecycle.Config{Client: kc, Namespace: "objfuse-system", Template: spec.Template{Image: "objfuse:test"},
+			ReadyTimeout: time.Second, Poll: 10 * time.Millisecond, Logger: slog.Default()}),
 		KubeClient: kc,
 	})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
@@ -205,8 +205,8 @@ func (d *Driver) findReplacedMounter(ctx context.Context, st *stagedVolume) bool
 	if d.opts.KubeClient == nil {
 		return false
 	}
-	k := &launcher.Kube{Client: d.opts.KubeClient, Namespace: d.opts.Namespace}
-	uid, err := k.PodUID(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: d.opts.NodeID})
+	find := lifecycle.Finder{Client: d.opts.KubeClient, Namespace: d.opts.Namespace}
+	uid, err := find.PodUID(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: d.opts.NodeID})
 	if err != nil {
 		d.log.Warn("look for a replaced mounter pod", "volume", st.VolumeID, "err", err)
 	}

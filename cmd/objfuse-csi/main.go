@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -147,7 +147,10 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		o.Launcher = &launcher.Kube{Client: kc, Namespace: f.namespace, Template: tmpl, Logger: log}
+		o.Launcher = lifecycle.NewKube(lifecycle.Config{
+			Client: kc, Namespace: f.namespace, Template: tmpl, Logger: log,
+			Driver: o.Name, Volumes: o.S3Defaults, Credentials: o.Credentials(),
+		})
 	}
 	d, err := driver.New(*o)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package processlauncher runs mounters as processes on this machine, for
-// tests: a launcher.Launcher (mounter-pod/launcher) without a cluster.
+// tests: a lifecycle.Launcher without a cluster.
 package processlauncher
 
 import (
@@ -16,8 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
@@ -39,6 +41,8 @@ type Process struct {
 	procs map[string]*proc
 }
 
+var _ lifecycle.Launcher = (*Process)(nil)
+
 type proc struct {
 	uid      string
 	readOnly bool
@@ -55,6 +59,14 @@ type proc struct {
 func (p *Process) NodeExists(_ context.Context, nodeID string) (bool, error) {
 	return nodeID == p.NodeID, nil
 }
+
+// Run has nothing to do: each mounter's supervisor restarts it, and
+// there is no cluster to keep in step with.
+func (p *Process) Run(ctx context.Context) { <-ctx.Done() }
+
+// Describe and Collect: a process launcher counts nothing.
+func (p *Process) Describe(chan<- *prometheus.Desc) {}
+func (p *Process) Collect(chan<- prometheus.Metric) {}
 
 // PID is the process id serving m now, or 0: for tests that kill mounters.
 func (p *Process) PID(m spec.Mounter) int {
@@ -87,7 +99,7 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 		p.procs[m.Key()] = pr
 	} else if pr.readOnly != m.ReadOnly {
 		p.mu.Unlock()
-		return "", fmt.Errorf("%w: running read-only=%t", launcher.ErrIncompatible, pr.readOnly)
+		return "", fmt.Errorf("%w: running read-only=%t", lifecycle.ErrIncompatible, pr.readOnly)
 	}
 	p.mu.Unlock()
 
@@ -112,11 +124,11 @@ func (p *Process) Launch(ctx context.Context, m spec.Mounter, creds map[string][
 			// A mounter that cannot start says why on stderr, as a pod's
 			// termination message would.
 			p.Stop(context.Background(), m)
-			return "", fmt.Errorf("%w: %s (%v)", launcher.ErrFailed, last, exitErr)
+			return "", fmt.Errorf("%w: %s (%v)", lifecycle.ErrFailed, last, exitErr)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("%w after %s: %v", launcher.ErrNotReady, timeout, err)
+			return "", fmt.Errorf("%w after %s: %v", lifecycle.ErrNotReady, timeout, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -13,7 +13,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
 	"github.com/objfuse/objfuse/test/miniotest"
@@ -42,7 +42,7 @@ func TestProcessLauncher(t *testing.T) {
 	t.Run("bad credentials", func(t *testing.T) {
 		m := spec.Mounter{VolumeID: "vol-bad", NodeID: "n1", Volume: v}
 		_, err := p.Launch(ctx, m, bad)
-		if !errors.Is(err, launcher.ErrFailed) || !strings.Contains(err.Error(), "InvalidAccessKeyId") {
+		if !errors.Is(err, lifecycle.ErrFailed) || !strings.Contains(err.Error(), "InvalidAccessKeyId") {
 			t.Fatalf("launch with bad credentials: %v", err)
 		}
 	})
@@ -68,7 +68,7 @@ func TestProcessLauncher(t *testing.T) {
 		}
 		ro := m
 		ro.ReadOnly = true
-		if _, err := p.Launch(ctx, ro, good); !errors.Is(err, launcher.ErrIncompatible) {
+		if _, err := p.Launch(ctx, ro, good); !errors.Is(err, lifecycle.ErrIncompatible) {
 			t.Fatalf("read-only launch over a read-write mounter: %v", err)
 		}
 		if err := p.Stop(ctx, m); err != nil {

@@ -1,4 +1,4 @@
-package driver
+package lifecycle
 
 import (
 	"context"
@@ -12,13 +12,12 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
-// clusterCache is the controller's watch-fed copy of what its loops read
+// clusterCache is the watch-fed copy of what the periodic passes read
 // every few seconds: VolumeAttachments, PersistentVolumes, and the mounter
-// pods and Secrets in its namespace. Between changes the loops then cost
+// pods and Secrets in its namespace. Between changes the passes then cost
 // the API server nothing, and the client's rate limit is left to CSI
 // calls (a list per pass and a get per volume would use it all up with a
 // few dozen volumes).
@@ -32,7 +31,7 @@ type clusterCache struct {
 }
 
 // cacheResync is how often the informers replay their whole contents;
-// the loops poll on their own, so a rare one is enough.
+// the passes poll on their own, so a rare one is enough.
 const cacheResync = 10 * time.Minute
 
 func newClusterCache(kc kubernetes.Interface, namespace string) *clusterCache {
@@ -63,14 +62,12 @@ func (c *clusterCache) start(ctx context.Context) error {
 	return nil
 }
 
-// startCache fills the controller's cache and hands the launcher its
-// listers; the periodic loops start once it is full.
-func (d *Driver) startCache(ctx context.Context, k *launcher.Kube) error {
-	c := newClusterCache(d.opts.KubeClient, k.Namespace)
+// startCache fills the cache the periodic passes read.
+func (k *Kube) startCache(ctx context.Context) error {
+	c := newClusterCache(k.Client, k.Namespace)
 	if err := c.start(ctx); err != nil {
 		return err
 	}
-	d.cache = c
-	k.Pods, k.Secrets = c.pods, c.secrets
+	k.cache = c
 	return nil
 }

@@ -1,21 +1,21 @@
-package driver
+package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
-// credentialsSyncEvery is how often the controller copies rotated
+// credentialsSyncEvery is how often Run copies rotated
 // credentials into the mounters' Secrets. With kubelet's update of the
 // mounted files (about a minute) and the mounter's re-read (a second), a
 // rotation reaches running mounts within two minutes or so: renew session
@@ -27,10 +27,9 @@ const credentialsSyncEvery = 30 * time.Second
 // mounter Secrets it changed. Kubernetes hands secrets to the driver only
 // in CSI calls, and a mount lives much longer than one: without this,
 // rotating a StorageClass's keys, or an expiring session token, would
-// break every running mount. The controller runs it every
-// CredentialsSyncEvery.
-func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, error) {
-	pvs, err := d.cache.pvs.List(labels.Everything())
+// break every running mount. Run runs it every CredentialsSyncEvery.
+func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
+	pvs, err := k.cache.pvs.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list persistent volumes: %w", err)
 	}
@@ -39,7 +38,7 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 	ambiguous := map[string]bool{}
 	for _, pv := range pvs {
 		c := pv.Spec.CSI
-		if c == nil || c.Driver != d.opts.Name {
+		if c == nil || c.Driver != k.Driver {
 			continue
 		}
 		pvsOf[c.VolumeHandle] = append(pvsOf[c.VolumeHandle], pv)
@@ -77,7 +76,7 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 		}
 		r, done := read[key]
 		if !done {
-			creds, err := d.publishCredentials(ctx, ref)
+			creds, err := k.publishCredentials(ctx, ref)
 			r = result{creds: creds, ok: err == nil}
 			switch {
 			case err == nil:
@@ -86,7 +85,7 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 			default:
 				// The API's trouble (a timeout, throttling), not the
 				// Secret's: told to no one, tried again next pass.
-				d.log.Warn("credentials sync: read the volume's secret", "volume", volumeID, "secret", key, "err", err)
+				k.Logger.Warn("credentials sync: read the volume's secret", "volume", volumeID, "secret", key, "err", err)
 			}
 			read[key] = r
 		}
@@ -98,11 +97,18 @@ func (d *Driver) syncCredentials(ctx context.Context, k *launcher.Kube) (int, er
 		}
 		return r.creds, r.ok
 	}
-	n, err := k.RefreshCredentials(ctx, current)
-	d.metrics.credentialUpdates.Add(float64(n))
-	d.tellSyncChanges(pvsOf, notSynced, synced)
+	n, err := k.refreshCredentials(ctx, current)
+	k.metrics.credentialUpdates.Add(float64(n))
+	k.tellSyncChanges(pvsOf, notSynced, synced)
 	return n, err
 }
+
+// Reasons of the Events on PersistentVolumes whose credentials stop, or
+// start again, reaching their mounters.
+const (
+	reasonCredentialsNotSynced = "ObjfuseCredentialsNotSynced"
+	reasonCredentialsSynced    = "ObjfuseCredentialsSynced"
+)
 
 // errUnusableSecret marks a publish Secret that exists but cannot be used.
 var errUnusableSecret = errors.New("it cannot be used")
@@ -111,28 +117,28 @@ var errUnusableSecret = errors.New("it cannot be used")
 // volume whose credentials stopped (or started again) reaching its
 // mounters, once per change: `kubectl describe pv` is where whoever
 // rotates keys looks when a mount keeps the old ones.
-func (d *Driver) tellSyncChanges(pvsOf map[string][]*corev1.PersistentVolume, notSynced map[string]string, synced map[string]bool) {
+func (k *Kube) tellSyncChanges(pvsOf map[string][]*corev1.PersistentVolume, notSynced map[string]string, synced map[string]bool) {
 	for vol, why := range notSynced {
-		if d.syncProblems[vol] == why {
+		if k.syncProblems[vol] == why {
 			continue
 		}
-		d.syncProblems[vol] = why
-		d.log.Warn("credentials sync: not syncing a volume", "volume", vol, "why", why)
+		k.syncProblems[vol] = why
+		k.Logger.Warn("credentials sync: not syncing a volume", "volume", vol, "why", why)
 		for _, pv := range pvsOf[vol] {
-			d.recorder.Eventf(pv, corev1.EventTypeWarning, reasonCredentialsNotSynced,
+			k.Events.Eventf(pv, corev1.EventTypeWarning, reasonCredentialsNotSynced,
 				"Changes to this volume's credentials do not reach its running mounts: %s. They keep the keys they have.", why)
 		}
 	}
-	for vol := range d.syncProblems {
+	for vol := range k.syncProblems {
 		switch {
 		case synced[vol]:
 			for _, pv := range pvsOf[vol] {
-				d.recorder.Event(pv, corev1.EventTypeNormal, reasonCredentialsSynced,
+				k.Events.Event(pv, corev1.EventTypeNormal, reasonCredentialsSynced,
 					"The volume's credentials Secret can be used again; its running mounts get its keys.")
 			}
-			delete(d.syncProblems, vol)
+			delete(k.syncProblems, vol)
 		case len(pvsOf[vol]) == 0:
-			delete(d.syncProblems, vol) // its PVs are gone
+			delete(k.syncProblems, vol) // its PVs are gone
 		}
 		// Otherwise still a problem, or not looked at in this pass (its
 		// mounters could not be listed): as told.
@@ -142,26 +148,25 @@ func (d *Driver) tellSyncChanges(pvsOf map[string][]*corev1.PersistentVolume, no
 // publishCredentials are the mounter credentials ControllerPublishVolume
 // would make from the Secret ref names (nil: the driver's own defaults,
 // where its admin allows them for volumes).
-func (d *Driver) publishCredentials(ctx context.Context, ref *corev1.SecretReference) (map[string][]byte, error) {
+func (k *Kube) publishCredentials(ctx context.Context, ref *corev1.SecretReference) (map[string][]byte, error) {
 	var secrets map[string]string
 	if ref != nil {
-		s, err := d.opts.KubeClient.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		s, err := k.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
 		if len(s.Data) == 0 {
-			// credentials() would take it for no Secret at all.
+			// Credentials.For would take it for no Secret at all.
 			return nil, fmt.Errorf("%w: secret %s/%s is empty", errUnusableSecret, ref.Namespace, ref.Name)
 		}
 		secrets = map[string]string{}
-		for k, v := range s.Data {
-			secrets[k] = string(v)
+		for key, v := range s.Data {
+			secrets[key] = string(v)
 		}
 	}
-	creds, err := d.credentials(secrets, publishSecret)
+	creds, err := k.Credentials.For(secrets, PublishSecret)
 	if err != nil {
-		// A gRPC status, for CSI callers: its message is what counts here.
-		return nil, fmt.Errorf("%w: %s", errUnusableSecret, status.Convert(err).Message())
+		return nil, fmt.Errorf("%w: %v", errUnusableSecret, err)
 	}
 	return creds, nil
 }
@@ -171,4 +176,66 @@ func sameRef(a, b *corev1.SecretReference) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// refreshCredentials brings each live mounter's credentials Secret up to
+// what current(volumeID) says it should hold, and returns how many it
+// changed. A Secret copied at publish goes stale when its source is
+// rotated (new keys, a renewed session token); kubelet carries the new
+// copy into the running mounter's files, which it re-reads, so the
+// mount keeps working without a restart. Volumes current does not know
+// (ok false) are left alone.
+func (k *Kube) refreshCredentials(ctx context.Context, current func(volumeID string) (creds map[string][]byte, ok bool)) (int, error) {
+	pods, err := k.mounterPods(ctx)
+	if err != nil {
+		return 0, err
+	}
+	secrets := k.Client.CoreV1().Secrets(k.Namespace)
+	n := 0
+	var errs []error // one Secret that fails must not hold up the others
+	for _, pod := range pods {
+		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode]}
+		if m.VolumeID == "" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		want, ok := current(m.VolumeID)
+		if !ok {
+			continue
+		}
+		have, err := k.mounterSecret(ctx, m.SecretName())
+		if apierrors.IsNotFound(err) {
+			continue // being created or torn down by a publish call
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("get mounter secret %s: %w", m.SecretName(), err))
+			continue
+		}
+		if sameData(have.Data, want) {
+			continue
+		}
+		have.Data = want
+		_, err = secrets.Update(ctx, have, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // a publish or unpublish got there first; next pass
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("update mounter secret %s: %w", have.Name, err))
+			continue
+		}
+		k.Logger.Info("updated mounter credentials", "secret", have.Name, "volume", m.VolumeID, "node", m.NodeID)
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+func sameData(a, b map[string][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
 }

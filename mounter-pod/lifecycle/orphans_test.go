@@ -1,8 +1,7 @@
-package driver_test
+package lifecycle_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -11,8 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/objfuse/objfuse/driver"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
@@ -24,10 +22,10 @@ func TestOrphanedMountersAreCollected(t *testing.T) {
 	const ns = "objfuse-system"
 	pvName := "pv-attached"
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
-		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver.DefaultName, VolumeHandle: "vol-attached"}}}}
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: "vol-attached"}}}}
 	va := &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: "va-attached", Annotations: map[string]string{"csi.alpha.kubernetes.io/node-id": "csi-node-a"}},
-		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driver.DefaultName, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driverName, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
 		Status:     storagev1.VolumeAttachmentStatus{Attached: true},
 	}
 	tmpl := spec.Template{Image: "objfuse:test"}
@@ -41,10 +39,7 @@ func TestOrphanedMountersAreCollected(t *testing.T) {
 	}
 	attached := mounterPod("vol-attached")
 	kc := fake.NewSimpleClientset(pv, va, attached)
-	d, ctx := cachedController(t, driver.Options{
-		Launcher:   &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()},
-		KubeClient: kc,
-	})
+	k, ctx := cachedKube(t, lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl})
 	apiReads := func() (n int) {
 		for _, a := range kc.Actions() {
 			if (a.GetVerb() == "list" || a.GetVerb() == "get") && a.GetResource().Resource != "pods" {
@@ -55,7 +50,7 @@ func TestOrphanedMountersAreCollected(t *testing.T) {
 	}
 
 	kc.ClearActions()
-	driver.CollectOrphans(ctx, d)
+	lifecycle.CollectOrphans(ctx, k)
 	if n := apiReads(); n != 0 {
 		t.Errorf("a pass without orphans read the API %d times", n)
 	}
@@ -65,7 +60,7 @@ func TestOrphanedMountersAreCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, 10*time.Second, "the orphan collected", func() bool {
-		driver.CollectOrphans(ctx, d)
+		lifecycle.CollectOrphans(ctx, k)
 		_, err := kc.CoreV1().Pods(ns).Get(ctx, orphan.Name, metav1.GetOptions{})
 		return err != nil
 	})
@@ -88,29 +83,25 @@ func TestOrphanCheckAsksTheAPIBeforeDeleting(t *testing.T) {
 	}
 	pod.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
 	kc := fake.NewSimpleClientset(pod)
-	d, err := driver.New(driver.Options{Mode: driver.ModeController, KubeClient: kc,
-		Launcher: &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := lifecycle.NewKube(lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl, Driver: driverName})
 	ctx := t.Context()
 	frozen, freeze := context.WithCancel(ctx)
-	if err := driver.StartCache(frozen, d); err != nil {
+	if err := lifecycle.StartCache(frozen, k); err != nil {
 		t.Fatal(err)
 	}
 	freeze() // the cache sees the pod and no attachment, and stays so
 	pvName := "pv-new"
 	if _, err := kc.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
-		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver.DefaultName, VolumeHandle: "vol-new"}}}}, metav1.CreateOptions{}); err != nil {
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: "vol-new"}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kc.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: "va-new"},
-		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driver.DefaultName, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driverName, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	driver.CollectOrphans(ctx, d)
+	lifecycle.CollectOrphans(ctx, k)
 	if _, err := kc.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the mounter pod of an attachment the cache has not seen: %v", err)
 	}

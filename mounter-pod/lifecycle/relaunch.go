@@ -1,4 +1,4 @@
-package driver
+package lifecycle
 
 import (
 	"context"
@@ -9,12 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
 
-// mounterCheckEvery is how often the controller checks that every
+// mounterCheckEvery is how often Run checks that every
 // attached volume still has its mounter pod.
 const mounterCheckEvery = 10 * time.Second
 
@@ -28,25 +27,25 @@ const vaNodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
 // many it started. Kubernetes calls ControllerPublishVolume once per
 // attachment, so nothing else would, and every mount of the volume on
 // that node would stay broken until its pods were recreated. The node
-// plugin finds the new pod and mounts again. The controller runs it every
+// plugin finds the new pod (Finder) and mounts again. Run runs it every
 // MounterCheckEvery.
-func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, error) {
-	running, err := k.Running(ctx)
+func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
+	running, err := k.running(ctx)
 	if err != nil {
 		return 0, err
 	}
-	vas, err := d.cache.vas.List(labels.Everything())
+	vas, err := k.cache.vas.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list volume attachments: %w", err)
 	}
 	n := 0
 	for _, va := range vas {
 		pvName := va.Spec.Source.PersistentVolumeName
-		if va.Spec.Attacher != d.opts.Name || !va.Status.Attached || va.DeletionTimestamp != nil || pvName == nil {
+		if va.Spec.Attacher != k.Driver || !va.Status.Attached || va.DeletionTimestamp != nil || pvName == nil {
 			continue
 		}
 		nodeID := nodeIDOf(va)
-		pv, err := d.cache.pvs.Get(*pvName)
+		pv, err := k.cache.pvs.Get(*pvName)
 		if err != nil || pv.Spec.CSI == nil {
 			continue // gone meanwhile, or not ours
 		}
@@ -55,44 +54,44 @@ func (d *Driver) relaunchMissing(ctx context.Context, k *launcher.Kube) (int, er
 			continue
 		}
 		// The cache may lag behind a publish that just made the pod.
-		if uid, err := k.PodUID(ctx, m); err != nil || uid != "" {
+		if uid, err := k.finder().PodUID(ctx, m); err != nil || uid != "" {
 			continue
 		}
 		if ok, err := k.NodeExists(ctx, nodeID); err != nil || !ok {
 			continue // a node that is gone needs no mounter; its attachments go too
 		}
-		if err := d.relaunch(ctx, k, va.Name, pv, nodeID); err != nil {
-			d.log.Error("relaunch mounter", "volume", pv.Spec.CSI.VolumeHandle, "node", nodeID, "err", err)
+		if err := k.relaunch(ctx, va.Name, pv, nodeID); err != nil {
+			k.Logger.Error("relaunch mounter", "volume", pv.Spec.CSI.VolumeHandle, "node", nodeID, "err", err)
 			continue
 		}
 		n++
 	}
-	d.metrics.relaunches.Add(float64(n))
+	k.metrics.relaunches.Add(float64(n))
 	return n, nil
 }
 
 // relaunch starts pv's mounter on nodeID as ControllerPublishVolume did:
 // the same volume, read-only flag and credentials.
-func (d *Driver) relaunch(ctx context.Context, k *launcher.Kube, vaName string, pv *corev1.PersistentVolume, nodeID string) error {
+func (k *Kube) relaunch(ctx context.Context, vaName string, pv *corev1.PersistentVolume, nodeID string) error {
 	src := pv.Spec.CSI
-	v, err := volume.FromContext(src.VolumeHandle, src.VolumeAttributes, d.opts.S3Defaults)
+	v, err := volume.FromContext(src.VolumeHandle, src.VolumeAttributes, k.Volumes)
 	if err != nil {
 		return err
 	}
-	creds, err := d.publishCredentials(ctx, src.ControllerPublishSecretRef)
+	creds, err := k.publishCredentials(ctx, src.ControllerPublishSecretRef)
 	if err != nil {
 		return err
 	}
 	m := spec.Mounter{VolumeID: src.VolumeHandle, NodeID: nodeID, Volume: v, ReadOnly: src.ReadOnly || readOnlyAccess(pv.Spec.AccessModes)}
-	defer d.locks.lock("publish/" + m.Key())()
+	defer k.lock(m)()
 	// ControllerUnpublishVolume may have run since the list: a mounter
 	// started now would only be collected as an orphan later.
-	va, err := d.opts.KubeClient.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
+	va, err := k.Client.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
 	if err != nil || !va.Status.Attached || va.DeletionTimestamp != nil {
 		return nil
 	}
-	d.log.Warn("mounter pod of an attached volume is gone; starting a new one", "volume", m.VolumeID, "node", nodeID)
-	_, err = k.Launch(ctx, m, creds)
+	k.Logger.Warn("mounter pod of an attached volume is gone; starting a new one", "volume", m.VolumeID, "node", nodeID)
+	_, err = k.launch(ctx, m, creds)
 	return err
 }
 

@@ -1,4 +1,4 @@
-package launcher_test
+package lifecycle_test
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
 
 const ns = "objfuse-system"
 
-func kubeLauncher(t *testing.T) (*launcher.Kube, *fake.Clientset) {
+func kubeLauncher(t *testing.T, tune ...func(*lifecycle.Config)) (*lifecycle.Kube, *fake.Clientset) {
 	t.Helper()
 	kc := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: "node-a", Labels: map[string]string{corev1.LabelHostname: "host-a"},
@@ -32,7 +32,11 @@ func kubeLauncher(t *testing.T) (*launcher.Kube, *fake.Clientset) {
 		Image: "objfuse:test", PriorityClassName: "objfuse-mounter",
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
 	}
-	return &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 2 * time.Second, Poll: 10 * time.Millisecond, Logger: slog.Default()}, kc
+	cfg := lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 2 * time.Second, Poll: 10 * time.Millisecond, Logger: slog.Default()}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	return lifecycle.NewKube(cfg), kc
 }
 
 func testMounter() spec.Mounter {
@@ -155,14 +159,14 @@ func TestKubeLaunchReasons(t *testing.T) {
 	}{
 		{"pending: insufficient memory", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient memory.",
-		}}}, launcher.ErrNotReady, "Insufficient memory"},
+		}}}, lifecycle.ErrNotReady, "Insufficient memory"},
 		{"image missing", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: `image "objfuse:test" is not present`}},
-		}}}, launcher.ErrFailed, "ErrImageNeverPull"},
+		}}}, lifecycle.ErrFailed, "ErrImageNeverPull"},
 		{"bad credentials", corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "http://s3:9000 does not know the access key (InvalidAccessKeyId)"}},
-		}}}, launcher.ErrFailed, "InvalidAccessKeyId"},
+		}}}, lifecycle.ErrFailed, "InvalidAccessKeyId"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,8 +184,7 @@ func TestKubeLaunchReasons(t *testing.T) {
 // A mounter the template cannot make (here: no staging room beside the
 // read cache) is a failure with the reason, and no pod is created.
 func TestKubeLaunchImpossibleMounter(t *testing.T) {
-	k, kc := kubeLauncher(t)
-	k.Template.StagingSizeLimit = "1Gi"
+	k, kc := kubeLauncher(t, func(c *lifecycle.Config) { c.Template.StagingSizeLimit = "1Gi" })
 	m := testMounter()
 	m.Volume.Mount = volume.MountOptions{volume.ParamReadCacheMiB: "1000"}
 	_, err := k.Launch(context.Background(), m, nil)
@@ -210,19 +213,24 @@ func TestKubeStopAndOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Attached: kept.
-	n, err := k.CollectOrphans(context.Background(), 0, func(o spec.Mounter) bool { return o.Key() == m.Key() }, nil)
+	n, err := lifecycle.DeleteOrphans(context.Background(), k, 0, func(o spec.Mounter) bool { return o.Key() == m.Key() })
 	if err != nil || n != 0 {
 		t.Fatalf("collected %d (%v) while attached", n, err)
 	}
 	// Not attached, but younger than the grace period: kept.
 	detached := func(spec.Mounter) bool { return false }
-	if n, _ := k.CollectOrphans(context.Background(), time.Hour, detached, nil); n != 0 {
+	if n, _ := lifecycle.DeleteOrphans(context.Background(), k, time.Hour, detached); n != 0 {
 		t.Fatalf("collected a young pod")
 	}
-	// The check and the delete happen under the pair's lock.
+	// The check and the delete happen under the mounter's lock.
 	var locked []spec.Mounter
-	lock := func(o spec.Mounter) func() { locked = append(locked, o); return func() {} }
-	if n, _ := k.CollectOrphans(context.Background(), 0, detached, lock); n != 1 || len(locked) != 1 || locked[0].Key() != m.Key() {
+	underLock := func(o spec.Mounter) bool {
+		if lifecycle.Locked(k, o) {
+			locked = append(locked, o)
+		}
+		return false
+	}
+	if n, _ := lifecycle.DeleteOrphans(context.Background(), k, 0, underLock); n != 1 || len(locked) != 1 || locked[0].Key() != m.Key() {
 		t.Fatalf("collected %d orphans under locks %v, want 1 under %v", n, locked, m)
 	}
 	if err := k.Stop(context.Background(), m); err != nil {

@@ -1,7 +1,6 @@
-package driver_test
+package lifecycle_test
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
@@ -12,9 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/objfuse/objfuse/driver"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -32,7 +30,7 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
 			AccessModes: modes,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: driver.DefaultName, VolumeHandle: handle.String(),
+				Driver: driverName, VolumeHandle: handle.String(),
 				ControllerPublishSecretRef: &corev1.SecretReference{Namespace: ns, Name: "creds"},
 			}}}}
 	}
@@ -50,9 +48,9 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelHostname: "node-a"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"}, Data: map[string][]byte{
 			s3store.AccessKeyFile: []byte("ak"), s3store.SecretKeyFile: []byte("sk")}},
-		pv("gone", corev1.ReadOnlyMany), va("va-gone", "gone", driver.DefaultName, true),
-		pv("alive", corev1.ReadWriteMany), va("va-alive", "alive", driver.DefaultName, true), alivePod,
-		pv("attaching", corev1.ReadWriteMany), va("va-attaching", "attaching", driver.DefaultName, false),
+		pv("gone", corev1.ReadOnlyMany), va("va-gone", "gone", driverName, true),
+		pv("alive", corev1.ReadWriteMany), va("va-alive", "alive", driverName, true), alivePod,
+		pv("attaching", corev1.ReadWriteMany), va("va-attaching", "attaching", driverName, false),
 		pv("other", corev1.ReadWriteMany), va("va-other", "other", "other.csi.io", true),
 	)
 	// Pods come up ready at once, as a kubelet would make them.
@@ -62,13 +60,10 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 		return false, nil, nil
 	})
-	d, ctx := cachedController(t, driver.Options{
-		Launcher: &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 5 * time.Second,
-			Poll: 10 * time.Millisecond, Logger: slog.Default()},
-		KubeClient: kc,
-	})
+	k, ctx := cachedKube(t, lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 5 * time.Second,
+		Poll: 10 * time.Millisecond})
 	for pass, want := range []int{1, 0} {
-		if n, err := driver.RelaunchMissing(ctx, d); err != nil || n != want {
+		if n, err := lifecycle.RelaunchMissing(ctx, k); err != nil || n != want {
 			t.Fatalf("pass %d: %d relaunched, %v; want %d", pass, n, err, want)
 		}
 	}

@@ -1,8 +1,7 @@
-package driver_test
+package lifecycle_test
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,9 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/objfuse/objfuse/driver"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
-	"github.com/objfuse/objfuse/mounter-pod/launcher"
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
@@ -31,7 +29,7 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 		return map[string][]byte{s3store.AccessKeyFile: []byte(ak), s3store.SecretKeyFile: []byte(ak + "-secret")}
 	}
 	pv := func(name, handle, secret string) *corev1.PersistentVolume {
-		return pvOf(driver.DefaultName, name, handle, secret)
+		return pvOf(driverName, name, handle, secret)
 	}
 	pvOf = func(drv, name, handle, secret string) *corev1.PersistentVolume {
 		src := &corev1.CSIPersistentVolumeSource{Driver: drv, VolumeHandle: handle}
@@ -75,12 +73,9 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, ctx := cachedController(t, driver.Options{
-		DefaultCredentialsDir: defaults,
-		Launcher:              &launcher.Kube{Client: kc, Namespace: ns, Template: tmpl, Logger: slog.Default()},
-		KubeClient:            kc,
-	})
-	if n, err := driver.SyncCredentials(ctx, d); err != nil || n != 1 {
+	k, ctx := cachedKube(t, lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl,
+		Credentials: lifecycle.Credentials{DefaultDir: defaults}})
+	if n, err := lifecycle.SyncCredentials(ctx, k); err != nil || n != 1 {
 		t.Fatalf("first pass: %d updated, %v; want 1", n, err)
 	}
 	// Once the cache has seen that update, passes change nothing.
@@ -88,7 +83,7 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for ; ; <-tick.C {
-		n, err := driver.SyncCredentials(ctx, d)
+		n, err := lifecycle.SyncCredentials(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +120,7 @@ func TestCredentialsSyncFollowsThePVsSecret(t *testing.T) {
 	if _, err := kc.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"}, Data: creds("back")}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := driver.SyncCredentials(ctx, d); err != nil || n != 1 {
+	if n, err := lifecycle.SyncCredentials(ctx, k); err != nil || n != 1 {
 		t.Fatalf("pass after the missing Secret came: %d updated, %v; want 1", n, err)
 	}
 	pvEvent(t, kc, "pv-missing", "ObjfuseCredentialsSynced")
@@ -166,18 +161,31 @@ func pvEvent(t *testing.T, kc *fake.Clientset, pv, reason string) corev1.Event {
 	return found
 }
 
-// cachedController is a controller on a fake API, its cluster cache
-// filled, as the periodic passes find it; it stops when the test ends.
-func cachedController(t *testing.T, opts driver.Options) (*driver.Driver, context.Context) {
+// driverName is the CSI driver whose volumes the tests' Kube keeps.
+const driverName = "objfuse.csi.io"
+
+// cachedKube is a Kube of cfg on its fake API, its cluster cache filled,
+// as the periodic passes find it; the cache stops when the test ends.
+func cachedKube(t *testing.T, cfg lifecycle.Config) (*lifecycle.Kube, context.Context) {
 	t.Helper()
-	opts.Mode = driver.ModeController
-	d, err := driver.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.Driver = driverName
+	k := lifecycle.NewKube(cfg)
 	ctx := t.Context()
-	if err := driver.StartCache(ctx, d); err != nil {
+	if err := lifecycle.StartCache(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	return d, ctx
+	return k, ctx
+}
+
+// poll calls cond until it holds, failing the test at the deadline.
+func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for ; !cond(); <-tick.C {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+	}
 }

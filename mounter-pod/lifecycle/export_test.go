@@ -1,0 +1,41 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+// StartCache fills k's cluster cache, as Run does before its passes.
+func StartCache(ctx context.Context, k *Kube) error { return k.startCache(ctx) }
+
+// SyncCredentials runs one pass of the credentials sync.
+func SyncCredentials(ctx context.Context, k *Kube) (int, error) { return k.syncCredentials(ctx) }
+
+// RelaunchMissing runs one pass of the mounter check.
+func RelaunchMissing(ctx context.Context, k *Kube) (int, error) { return k.relaunchMissing(ctx) }
+
+// CollectOrphans runs one pass of the orphan collection.
+func CollectOrphans(ctx context.Context, k *Kube) (int, error) { return k.collectOrphans(ctx) }
+
+// DeleteOrphans deletes the mounter pods older than minAge that attached
+// does not know.
+func DeleteOrphans(ctx context.Context, k *Kube, minAge time.Duration, attached func(spec.Mounter) bool) (int, error) {
+	return k.deleteOrphans(ctx, minAge, attached)
+}
+
+// Locked says whether m's lock is held.
+func Locked(k *Kube, m spec.Mounter) bool {
+	l, ok := k.locks.Load(m.Key())
+	if !ok {
+		return false
+	}
+	mu := l.(*sync.Mutex)
+	if mu.TryLock() {
+		mu.Unlock()
+		return false
+	}
+	return true
+}

@@ -1,0 +1,199 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
+)
+
+// Config is what Kube needs to know.
+type Config struct {
+	Client    kubernetes.Interface
+	Namespace string // of the mounter pods and their Secrets
+	Template  spec.Template
+	// Driver is the CSI driver's name: the VolumeAttachments and
+	// PersistentVolumes that name it are the ones whose mounters Kube
+	// keeps.
+	Driver string
+	// Volumes are the driver's defaults for what a volume's context
+	// leaves out, as ControllerPublishVolume reads it: a relaunch must
+	// start the mounter it did.
+	Volumes volume.Defaults
+	// Credentials make a publish Secret into a mounter's credentials, as
+	// for ControllerPublishVolume.
+	Credentials Credentials
+	// Events records the passes' Events on PersistentVolumes; nil
+	// records them through Client.
+	Events record.EventRecorder
+	// ReadyTimeout bounds Launch's wait for the pod to be ready; 0 means 90s.
+	ReadyTimeout time.Duration
+	// Poll is how often the pod is checked; tests shorten it.
+	Poll time.Duration
+	// CredentialsSyncEvery is how often rotated credentials are copied
+	// into mounter Secrets; 0 means credentialsSyncEvery.
+	CredentialsSyncEvery time.Duration
+	// MounterCheckEvery is how often every attached volume is checked to
+	// have its mounter pod; 0 means mounterCheckEvery.
+	MounterCheckEvery time.Duration
+	Logger            *slog.Logger
+}
+
+// Kube runs each mounter as a pod in Namespace and keeps it right.
+type Kube struct {
+	Config
+	locks   sync.Map // spec.Mounter.Key → *sync.Mutex (lock)
+	metrics *metrics
+	// cache feeds the periodic passes; nil until Run fills it, and then
+	// the passes read the API server instead.
+	cache *clusterCache
+	// syncProblems: volume → why its credentials are not synced, as last
+	// told (credentials sync pass only).
+	syncProblems map[string]string
+}
+
+var _ Launcher = (*Kube)(nil)
+
+// NewKube returns a Kube of cfg, its defaults filled in.
+func NewKube(cfg Config) *Kube {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Events == nil {
+		cfg.Events = newRecorder(cfg.Client, cfg.Driver)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 90 * time.Second
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = 500 * time.Millisecond
+	}
+	if cfg.CredentialsSyncEvery == 0 {
+		cfg.CredentialsSyncEvery = credentialsSyncEvery
+	}
+	if cfg.MounterCheckEvery == 0 {
+		cfg.MounterCheckEvery = mounterCheckEvery
+	}
+	return &Kube{Config: cfg, metrics: newMetrics(), syncProblems: map[string]string{}}
+}
+
+// newRecorder records Events through the API as the driver.
+func newRecorder(client kubernetes.Interface, driver string) record.EventRecorder {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driver})
+}
+
+// orphanCheckEvery is how often mounter pods are checked for orphans.
+const orphanCheckEvery = time.Minute
+
+// Run fills the cluster cache, then runs the periodic passes until ctx
+// ends: orphan collection, credentials sync and mounter relaunch.
+func (k *Kube) Run(ctx context.Context) {
+	if err := k.startCache(ctx); err != nil {
+		k.Logger.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
+		return
+	}
+	passes := []struct {
+		every time.Duration
+		run   func(context.Context) (int, error)
+		what  string
+	}{
+		{orphanCheckEvery, k.collectOrphans, "orphan collection"},
+		{k.CredentialsSyncEvery, k.syncCredentials, "credentials sync"},
+		{k.MounterCheckEvery, k.relaunchMissing, "mounter check"},
+	}
+	var wg sync.WaitGroup
+	for _, p := range passes {
+		wg.Go(func() {
+			every(ctx, p.every, func() {
+				if _, err := p.run(ctx); err != nil {
+					k.Logger.Warn(p.what, "err", err)
+				}
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// every runs pass each period, the first time one period from now, until
+// ctx ends.
+func every(ctx context.Context, period time.Duration, pass func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pass()
+	}
+}
+
+// lock serialises what Kube does to one mounter (a launch, a stop, a
+// relaunch, an orphan's collection), so that a pass never undoes a
+// publish that adopted the pod meanwhile.
+func (k *Kube) lock(m spec.Mounter) (unlock func()) {
+	l, _ := k.locks.LoadOrStore(m.Key(), &sync.Mutex{})
+	mu := l.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// NodeExists says whether the cluster has a node of this name.
+func (k *Kube) NodeExists(ctx context.Context, nodeID string) (bool, error) {
+	_, err := k.Client.CoreV1().Nodes().Get(ctx, nodeID, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// mounterPods lists the mounter pods, from the cache when there is one.
+// They are shared with the cache: not to be changed.
+func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
+	selector := spec.LabelComponent + "=" + spec.ComponentMounter
+	if k.cache != nil {
+		sel, err := labels.Parse(selector)
+		if err != nil {
+			return nil, err
+		}
+		return k.cache.pods.List(sel)
+	}
+	list, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list mounter pods: %w", err)
+	}
+	out := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// mounterSecret gets a mounter's Secret, from the cache when there is
+// one, as a copy the caller may change.
+func (k *Kube) mounterSecret(ctx context.Context, name string) (*corev1.Secret, error) {
+	if k.cache != nil {
+		s, err := k.cache.secrets.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		return s.DeepCopy(), nil
+	}
+	return k.Client.CoreV1().Secrets(k.Namespace).Get(ctx, name, metav1.GetOptions{})
+}

@@ -1,0 +1,181 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+// Launch starts m's mounter pod with creds in its Secret, or adopts the
+// live one, and waits until it is ready.
+func (k *Kube) Launch(ctx context.Context, m spec.Mounter, creds map[string][]byte) (string, error) {
+	defer k.lock(m)()
+	return k.launch(ctx, m, creds)
+}
+
+// launch is Launch with m's lock held.
+func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]byte) (string, error) {
+	node, err := k.Client.CoreV1().Nodes().Get(ctx, m.NodeID, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("node %s: %w", m.NodeID, err)
+	}
+	hostname := node.Labels[corev1.LabelHostname]
+	if hostname == "" {
+		hostname = node.Name
+	}
+	want, err := k.Template.Pod(m, k.Namespace, hostname)
+	if err != nil {
+		return "", err
+	}
+	pod, err := k.ensurePod(ctx, want)
+	if err != nil {
+		return "", err
+	}
+	if err := k.ensureSecret(ctx, m.Secret(pod, creds)); err != nil {
+		return "", err
+	}
+	return k.waitReady(ctx, pod)
+}
+
+// ensurePod creates the pod, or adopts a live one of the same name. A pod
+// that has finished or is being deleted is replaced.
+func (k *Kube) ensurePod(ctx context.Context, want *corev1.Pod) (*corev1.Pod, error) {
+	pods := k.Client.CoreV1().Pods(k.Namespace)
+	for {
+		pod, err := pods.Create(ctx, want, metav1.CreateOptions{})
+		if err == nil {
+			k.Logger.Info("created mounter pod", "pod", pod.Name, "volume", want.Annotations[spec.AnnotationVolume], "node", want.Annotations[spec.AnnotationNode])
+			return pod, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create mounter pod %s: %w", want.Name, err)
+		}
+		pod, err = pods.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get mounter pod %s: %w", want.Name, err)
+		}
+		if alive(pod) {
+			if pod.Annotations[spec.AnnotationReadOnly] != want.Annotations[spec.AnnotationReadOnly] {
+				return nil, fmt.Errorf("%w: mounter pod %s has read-only=%s", ErrIncompatible, pod.Name, pod.Annotations[spec.AnnotationReadOnly])
+			}
+			return pod, nil
+		}
+		if err := k.deleteAndWait(ctx, pod.Name); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (k *Kube) ensureSecret(ctx context.Context, want *corev1.Secret) error {
+	secrets := k.Client.CoreV1().Secrets(k.Namespace)
+	_, err := secrets.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("create mounter secret %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	// Left by an earlier pod of the same name, or ours from a retried
+	// call: make it ours with today's credentials.
+	_, err = secrets.Update(ctx, want, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("update mounter secret %s: %w", want.Name, err)
+	}
+	return nil
+}
+
+// waitReady waits until pod is ready and returns its UID, or returns the
+// reason it will not be: a failed container's termination message, an
+// image that cannot be pulled, or why the scheduler keeps it Pending.
+func (k *Kube) waitReady(ctx context.Context, pod *corev1.Pod) (string, error) {
+	timeout := k.ReadyTimeout
+	deadline := time.Now().Add(timeout)
+	for {
+		if ready(pod) {
+			return string(pod.UID), nil
+		}
+		if reason, failed := failure(pod); failed {
+			return "", fmt.Errorf("%w: mounter pod %s/%s: %s", ErrFailed, pod.Namespace, pod.Name, reason)
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%w: mounter pod %s/%s not ready after %s: %s", ErrNotReady, pod.Namespace, pod.Name, timeout, pending(pod))
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: mounter pod %s/%s: %s (%v)", ErrNotReady, pod.Namespace, pod.Name, pending(pod), ctx.Err())
+		case <-time.After(k.Poll):
+		}
+		p, err := k.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("get mounter pod %s: %w", pod.Name, err)
+		}
+		pod = p
+	}
+}
+
+func ready(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// failure says whether the mounter cannot become ready without a change
+// by a person, and why.
+func failure(pod *corev1.Pod) (string, bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return terminated(t), true
+		}
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "CrashLoopBackOff":
+				if t := cs.LastTerminationState.Terminated; t != nil {
+					return terminated(t), true
+				}
+				return w.Reason + ": " + w.Message, true
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError":
+				return w.Reason + ": " + w.Message, true
+			}
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed {
+		return "pod failed: " + pod.Status.Reason + " " + pod.Status.Message, true
+	}
+	return "", false
+}
+
+func terminated(t *corev1.ContainerStateTerminated) string {
+	msg := strings.TrimSpace(t.Message)
+	if msg == "" {
+		msg = t.Reason
+	}
+	return fmt.Sprintf("exited with code %d: %s", t.ExitCode, msg)
+}
+
+// pending explains a pod that is not ready yet.
+func pending(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("not scheduled: %s: %s", c.Reason, c.Message)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			return fmt.Sprintf("container waiting: %s: %s", w.Reason, w.Message)
+		}
+	}
+	return fmt.Sprintf("phase %s, not ready", pod.Status.Phase)
+}

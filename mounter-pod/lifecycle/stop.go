@@ -1,0 +1,81 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+// Stop deletes m's mounter pod, once it has drained, and its Secret.
+func (k *Kube) Stop(ctx context.Context, m spec.Mounter) error {
+	defer k.lock(m)()
+	if err := k.deleteAndWait(ctx, m.PodName()); err != nil {
+		return err
+	}
+	err := k.Client.CoreV1().Secrets(k.Namespace).Delete(ctx, m.SecretName(), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete mounter secret %s: %w", m.SecretName(), err)
+	}
+	return nil
+}
+
+// deleteAndWait deletes a pod gracefully (the mounter drains on SIGTERM)
+// and waits until it is gone.
+func (k *Kube) deleteAndWait(ctx context.Context, name string) error {
+	pods := k.Client.CoreV1().Pods(k.Namespace)
+	err := pods.Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete mounter pod %s: %w", name, err)
+	}
+	for {
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil && k.nodeGone(ctx, pod.Spec.NodeName) {
+			// A pod on a dead node stays Terminating for ever; its mounts
+			// died with the node, so nothing is left to drain.
+			k.Logger.Warn("mounter pod's node is not ready; deleting it at once", "pod", name, "node", pod.Spec.NodeName)
+			err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("force-delete mounter pod %s: %w", name, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("mounter pod %s still terminating: %w", name, ctx.Err())
+		case <-time.After(k.Poll):
+		}
+	}
+}
+
+// nodeGone says whether a node is missing or not Ready.
+func (k *Kube) nodeGone(ctx context.Context, name string) bool {
+	if name == "" {
+		return false // not scheduled yet: deletion is immediate anyway
+	}
+	node, err := k.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status != corev1.ConditionTrue
+		}
+	}
+	return true
+}
