@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -89,28 +88,16 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Driver is the CSI plugin.
+// Driver is the CSI plugin: an identity server, and the controller and
+// node servers its mode asks for, over one gRPC endpoint.
 type Driver struct {
-	csi.UnimplementedIdentityServer
-	csi.UnimplementedControllerServer
-	csi.UnimplementedNodeServer
-
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
-	locks   keyLocks
-	creds   lifecycle.Credentials
 
-	// Node state: volumes whose mount is broken, for NodeGetVolumeStats.
-	abnormalMu sync.Mutex
-	abnormal   map[string]string // volume id → why
-	pending    map[string]string // volume id → what waits for its upload (pendingNote)
-	hangs      map[string]int    // volume id → checks in a row it hung (reconcile loop only)
-	// healthNotes: what the node last told each volume's pods about its
-	// mounter's health (reconcile loop only).
-	healthNotes map[string]healthNote
-	events      EventSink
-	mounts      mounts.Mounter
+	identity   *identityServer
+	controller *controllerServer // nil unless the controller is served
+	node       *nodeServer       // nil unless the node is served
 }
 
 // New checks opts and returns a driver.
@@ -163,22 +150,43 @@ func New(opts Options) (*Driver, error) {
 			return nil, errors.New("node mode needs --kubelet-dir and --state-dir")
 		}
 	}
-	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics(), creds: opts.Credentials(), abnormal: map[string]string{}, pending: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{}, mounts: opts.Mounts}
+	d := &Driver{opts: opts, log: opts.Logger, metrics: newMetrics()}
+	s3 := &s3Admins{defaults: opts.S3Defaults, creds: opts.Credentials()}
+	d.identity = &identityServer{name: opts.Name, version: opts.Version, controller: opts.serves(ModeController), s3: s3, log: d.log}
 	if opts.serves(ModeController) {
+		d.controller = &controllerServer{s3: s3, launcher: opts.Launcher, log: d.log}
 		d.metrics.reg.MustRegister(opts.Launcher)
 	}
-	switch {
-	case opts.Events != nil:
-		d.events = opts.Events
-	case opts.KubeClient != nil && opts.serves(ModeNode):
-		d.events = &kubeEvents{recorder: newRecorder(opts.KubeClient, opts.Name, opts.NodeID), podsAt: d.podsAt, log: d.log}
-	default:
-		d.events = logEvents{d.log}
+	if opts.serves(ModeNode) {
+		d.node = d.newNodeServer()
 	}
 	return d, nil
 }
 
 func (o Options) serves(m Mode) bool { return o.Mode == m || o.Mode == ModeAll }
+
+// newNodeServer is the node server of d's options.
+func (d *Driver) newNodeServer() *nodeServer {
+	o := d.opts
+	n := &nodeServer{
+		nodeID: o.NodeID, kubeletDir: o.KubeletDir, mounts: o.Mounts,
+		state:   newNodeState(o.StateDir, d.metrics.abnormal, d.log),
+		repairs: d.metrics.repairs, log: d.log,
+		probeTimeout: o.ProbeTimeout, mounterWait: o.MounterWait, reconcileEvery: o.ReconcileEvery,
+	}
+	if o.KubeClient != nil {
+		n.finder = &lifecycle.Finder{Client: o.KubeClient, Namespace: o.Namespace}
+	}
+	switch {
+	case o.Events != nil:
+		n.events = o.Events
+	case o.KubeClient != nil:
+		n.events = &kubeEvents{recorder: newRecorder(o.KubeClient, o.Name, o.NodeID), podsAt: n.state.podsAt, log: d.log}
+	default:
+		n.events = logEvents{d.log}
+	}
+	return n
+}
 
 // Credentials are where the driver's mounters and S3 requests get their
 // keys, as the options say.
@@ -194,17 +202,17 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 		return err
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(d.intercept))
-	csi.RegisterIdentityServer(srv, d)
-	if d.opts.serves(ModeController) {
-		csi.RegisterControllerServer(srv, d)
-		go d.opts.Launcher.Run(ctx)
+	csi.RegisterIdentityServer(srv, d.identity)
+	if d.controller != nil {
+		csi.RegisterControllerServer(srv, d.controller)
+		go d.controller.launcher.Run(ctx)
 	}
-	if d.opts.serves(ModeNode) {
-		csi.RegisterNodeServer(srv, d)
-		if err := os.MkdirAll(d.volumesDir(), 0o700); err != nil {
+	if d.node != nil {
+		csi.RegisterNodeServer(srv, d.node)
+		if err := os.MkdirAll(d.node.state.volumesDir(), 0o700); err != nil {
 			return fmt.Errorf("state dir: %w", err)
 		}
-		go d.reconcileLoop(ctx)
+		go d.node.reconcileLoop(ctx)
 	}
 	go func() {
 		<-ctx.Done()
@@ -235,39 +243,4 @@ func Listen(endpoint string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return l, nil
-}
-
-// keyLocks serialises operations on one volume.
-type keyLocks struct {
-	mu sync.Mutex
-	m  map[string]*sync.Mutex
-}
-
-func (k *keyLocks) lock(key string) func() {
-	l := k.of(key)
-	l.Lock()
-	return l.Unlock
-}
-
-// tryLock is lock when key is free; ok is false when it is held.
-func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
-	l := k.of(key)
-	if !l.TryLock() {
-		return nil, false
-	}
-	return l.Unlock, true
-}
-
-func (k *keyLocks) of(key string) *sync.Mutex {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = map[string]*sync.Mutex{}
-	}
-	l := k.m[key]
-	if l == nil {
-		l = &sync.Mutex{}
-		k.m[key] = l
-	}
-	return l
 }

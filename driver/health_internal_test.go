@@ -32,12 +32,12 @@ func TestLostUploadsAreToldOnceAcrossNodeRestarts(t *testing.T) {
 	ctx := context.Background()
 	check := func(d *Driver, lost int64, want string) {
 		t.Helper()
-		st, err := d.loadState("vol")
+		st, err := d.node.state.load("vol")
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := len(events.messages)
-		d.noteHealth(ctx, st, handoff.Health{LostUploads: lost, LastLostUpload: "put \"f\": boom"})
+		d.node.noteHealth(ctx, st, handoff.Health{LostUploads: lost, LastLostUpload: "put \"f\": boom"})
 		told := events.messages[before:]
 		switch {
 		case want == "" && len(told) != 0:
@@ -76,11 +76,11 @@ func TestLostUploadsAreToldByName(t *testing.T) {
 	}
 	events := &toldEvents{}
 	d := healthNode(t, events)()
-	st, err := d.loadState("vol")
+	st, err := d.node.state.load("vol")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.noteHealth(context.Background(), st, handoff.Health{LostUploads: 2, LostFiles: []string{"dir/one", "two"}, LastLostUpload: "boom"})
+	d.node.noteHealth(context.Background(), st, handoff.Health{LostUploads: 2, LostFiles: []string{"dir/one", "two"}, LastLostUpload: "boom"})
 	if len(events.messages) != 1 || !strings.Contains(events.messages[0], "The files: dir/one, two.") {
 		t.Fatalf("told %q, want one Event naming dir/one and two", events.messages)
 	}
@@ -94,22 +94,22 @@ func TestAReplacedMounterNamesTheFilesItHadPending(t *testing.T) {
 	events := &toldEvents{}
 	d := healthNode(t, events)()
 	ctx := context.Background()
-	st, err := d.loadState("vol")
+	st, err := d.node.state.load("vol")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.noteHealth(ctx, st, handoff.Health{PendingUploads: 3, PendingFiles: []string{"a", "dir/b"}})
-	d.tellPendingGone(ctx, st)
-	d.tellPendingGone(ctx, st) // a second replacement: nothing new
+	d.node.noteHealth(ctx, st, handoff.Health{PendingUploads: 3, PendingFiles: []string{"a", "dir/b"}})
+	d.node.tellPendingGone(ctx, st)
+	d.node.tellPendingGone(ctx, st) // a second replacement: nothing new
 	if len(events.messages) != 1 || !strings.HasPrefix(events.messages[0], reasonUploadFailed) ||
 		!strings.Contains(events.messages[0], "3 file(s)") || !strings.Contains(events.messages[0], "The files: a, dir/b and 1 more.") {
 		t.Fatalf("told %q, want one %s naming a, dir/b and 1 more", events.messages, reasonUploadFailed)
 	}
 	// Drained: the last check saw them lost, none pending.
-	d.noteHealth(ctx, st, handoff.Health{PendingUploads: 2, PendingFiles: []string{"c", "d"}})
-	d.noteHealth(ctx, st, handoff.Health{LostUploads: 2, LostFiles: []string{"c", "d"}})
+	d.node.noteHealth(ctx, st, handoff.Health{PendingUploads: 2, PendingFiles: []string{"c", "d"}})
+	d.node.noteHealth(ctx, st, handoff.Health{LostUploads: 2, LostFiles: []string{"c", "d"}})
 	before := len(events.messages)
-	d.tellPendingGone(ctx, st)
+	d.node.tellPendingGone(ctx, st)
 	if len(events.messages) != before {
 		t.Fatalf("told %q after the mounter reported its losses itself", events.messages[before:])
 	}
@@ -123,12 +123,12 @@ func TestWriteConflictsAreToldOnce(t *testing.T) {
 	d := node()
 	check := func(d *Driver, conflicts int64, want string) {
 		t.Helper()
-		st, err := d.loadState("vol")
+		st, err := d.node.state.load("vol")
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := len(events.messages)
-		d.noteHealth(context.Background(), st, handoff.Health{Conflicts: conflicts, LastConflict: `"data/f": kept as "data/f.objfuse-conflict-x"`})
+		d.node.noteHealth(context.Background(), st, handoff.Health{Conflicts: conflicts, LastConflict: `"data/f": kept as "data/f.objfuse-conflict-x"`})
 		told := events.messages[before:]
 		switch {
 		case want == "" && len(told) != 0:
@@ -159,10 +159,10 @@ func healthNode(t *testing.T, events *toldEvents) func() *Driver {
 	}
 	d := node()
 	st := &stagedVolume{VolumeID: "vol", Staging: filepath.Join(dir, "staging"), Targets: map[string]bool{filepath.Join(dir, "pods", "a", "mount"): false}}
-	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+	if err := os.MkdirAll(d.node.state.volumeDir("vol"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.saveState(st); err != nil {
+	if err := d.node.state.save(st); err != nil {
 		t.Fatal(err)
 	}
 	return node

@@ -77,7 +77,7 @@ func (d *Driver) ServeHealth(ctx context.Context, addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		resp, err := d.Probe(r.Context(), nil)
+		resp, err := d.identity.Probe(r.Context(), nil)
 		if err != nil || !resp.GetReady().GetValue() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return

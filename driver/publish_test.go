@@ -51,7 +51,7 @@ func TestPublishReportsPendingMounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+	_, err = driver.Controller(d).ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
 		VolumeId: vol.GetVolume().GetVolumeId(), NodeId: "node-a", VolumeCapability: mountCap()[0],
 		VolumeContext: vol.GetVolume().GetVolumeContext(), Secrets: env.Secrets,
 	})
@@ -59,7 +59,7 @@ func TestPublishReportsPendingMounter(t *testing.T) {
 	if s.Code() != codes.DeadlineExceeded || !strings.Contains(s.Message(), "Insufficient memory") {
 		t.Fatalf("publish with a pod that cannot be scheduled: %v", err)
 	}
-	_, err = d.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+	_, err = driver.Controller(d).ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
 		VolumeId: vol.GetVolume().GetVolumeId(), NodeId: "node-b", VolumeCapability: mountCap()[0],
 		VolumeContext: vol.GetVolume().GetVolumeContext(), Secrets: env.Secrets,
 	})

@@ -12,10 +12,17 @@ import (
 	"github.com/objfuse/objfuse/volume"
 )
 
+// s3Admins make the controller's S3 clients: for a volume with a call's
+// credentials, or the driver's own at its default endpoint.
+type s3Admins struct {
+	defaults volume.Defaults
+	creds    lifecycle.Credentials
+}
+
 // credentials are a CSI call's mounter credentials (lifecycle.Credentials),
 // or the gRPC status of why there are none.
-func (d *Driver) credentials(secrets map[string]string, secretParam string) (map[string][]byte, error) {
-	creds, err := d.creds.For(secrets, secretParam)
+func (a *s3Admins) credentials(secrets map[string]string, secretParam string) (map[string][]byte, error) {
+	creds, err := a.creds.For(secrets, secretParam)
 	switch {
 	case errors.Is(err, lifecycle.ErrNoCredentials):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -25,9 +32,9 @@ func (d *Driver) credentials(secrets map[string]string, secretParam string) (map
 	return creds, nil
 }
 
-// s3Admin connects to a volume's endpoint with creds.
-func (d *Driver) s3Admin(s volume.S3, creds map[string][]byte) (*s3store.Admin, error) {
-	a, err := s3store.NewAdmin(s3store.Config{
+// admin connects to a volume's endpoint with creds.
+func (a *s3Admins) admin(s volume.S3, creds map[string][]byte) (*s3store.Admin, error) {
+	admin, err := s3store.NewAdmin(s3store.Config{
 		Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle,
 		MaxRetries: 2,
 		Keys: &s3store.Keys{
@@ -40,25 +47,25 @@ func (d *Driver) s3Admin(s volume.S3, creds map[string][]byte) (*s3store.Admin, 
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "S3 endpoint %s: %v", s.Endpoint, err)
 	}
-	return a, nil
+	return admin, nil
 }
 
 // defaultAdmin is the driver's own S3 client, for ListVolumes and Probe,
 // and the S3 settings it was made with.
-func (d *Driver) defaultAdmin() (*s3store.Admin, volume.S3, error) {
-	def := d.opts.S3Defaults
+func (a *s3Admins) defaultAdmin() (*s3store.Admin, volume.S3, error) {
+	def := a.defaults
 	s := volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}
-	if def.Endpoint == "" || d.opts.DefaultCredentialsDir == "" {
+	if def.Endpoint == "" || a.creds.DefaultDir == "" {
 		return nil, s, status.Error(codes.FailedPrecondition, "the driver has no default S3 endpoint and credentials (--s3-endpoint, --s3-credentials-dir)")
 	}
-	creds := d.creds.Default()
+	creds := a.creds.Default()
 	for _, k := range []string{s3store.AccessKeyFile, s3store.SecretKeyFile} {
 		if len(creds[k]) == 0 {
 			return nil, s, status.Errorf(codes.FailedPrecondition, "the driver's --s3-credentials-dir has no file %s", k)
 		}
 	}
-	a, err := d.s3Admin(s, creds)
-	return a, s, err
+	admin, err := a.admin(s, creds)
+	return admin, s, err
 }
 
 func regionOr(r string) string {
@@ -69,10 +76,10 @@ func regionOr(r string) string {
 }
 
 // endpointAnswers is nil when the default endpoint gives any S3 answer.
-func (d *Driver) endpointAnswers(ctx context.Context) error {
-	a, _, err := d.defaultAdmin()
+func (a *s3Admins) endpointAnswers(ctx context.Context) error {
+	admin, _, err := a.defaultAdmin()
 	if err != nil {
 		return err
 	}
-	return a.Answers(ctx)
+	return admin.Answers(ctx)
 }

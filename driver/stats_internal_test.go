@@ -24,10 +24,10 @@ func TestVolumeStatsTellWhatIsWrongWithTheMount(t *testing.T) {
 	}
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pods", "a", "mount")
 	st := &stagedVolume{VolumeID: "vol", Staging: staging, Targets: map[string]bool{target: false}}
-	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+	if err := os.MkdirAll(d.node.state.volumeDir("vol"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.saveState(st); err != nil {
+	if err := d.node.state.save(st); err != nil {
 		t.Fatal(err)
 	}
 	fd, err := fake.MountFUSE(staging, "objfuse:bucket-1", false)
@@ -40,7 +40,7 @@ func TestVolumeStatsTellWhatIsWrongWithTheMount(t *testing.T) {
 	}
 	stats := func() *csi.NodeGetVolumeStatsResponse {
 		t.Helper()
-		r, err := d.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: "vol", VolumePath: target})
+		r, err := d.node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: "vol", VolumePath: target})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,10 +78,10 @@ func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	staging := filepath.Join(dir, "staging")
-	if err := os.MkdirAll(d.volumeDir("vol"), 0o700); err != nil {
+	if err := os.MkdirAll(d.node.state.volumeDir("vol"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.saveState(&stagedVolume{VolumeID: "vol", Staging: staging, Targets: map[string]bool{}}); err != nil {
+	if err := d.node.state.save(&stagedVolume{VolumeID: "vol", Staging: staging, Targets: map[string]bool{}}); err != nil {
 		t.Fatal(err)
 	}
 	fd, err := fake.MountFUSE(staging, "objfuse:bucket-1", false)
@@ -93,7 +93,7 @@ func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
 	publishCap := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
 	publish := func(pod string) string {
 		target := filepath.Join(dir, "pods", pod, "mount")
-		_, err := d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		_, err := d.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
 			VolumeId: "vol", StagingTargetPath: staging, TargetPath: target, VolumeCapability: publishCap,
 			VolumeContext: map[string]string{ctxPodName: pod, ctxPodNamespace: "team-" + pod, ctxPodUID: "uid-" + pod},
 		})
@@ -108,33 +108,33 @@ func TestPublishKeepsThePodsEventsGoTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Staged again for a replaced mounter pod: the pods stay.
-	if _, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+	if _, err := d.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 		VolumeId: "vol", StagingTargetPath: staging, VolumeCapability: publishCap,
 		PublishContext: map[string]string{PublishContextMounterUID: "01234567-89ab-cdef-0123-456789abcdef"},
 		VolumeContext:  map[string]string{"bucket": "bucket-1", "endpoint": "http://127.0.0.1:9000"},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.podsAt([]string{a}); len(got) != 1 || got[0] != (podRef{Namespace: "team-a", Name: "a", UID: "uid-a"}) {
+	if got := d.node.state.podsAt([]string{a}); len(got) != 1 || got[0] != (podRef{Namespace: "team-a", Name: "a", UID: "uid-a"}) {
 		t.Fatalf("pods at %s: %v, want pod a in team-a", a, got)
 	}
-	if _, err := d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: a}); err != nil {
+	if _, err := d.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: a}); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.podsAt([]string{a, b}); len(got) != 1 || got[0].Name != "b" {
+	if got := d.node.state.podsAt([]string{a, b}); len(got) != 1 || got[0].Name != "b" {
 		t.Fatalf("pods after a's unpublish: %v, want b only", got)
 	}
 	// A target published before the node kept pods learns its pod when
 	// kubelet publishes it again.
-	st, err := d.loadState("vol")
+	st, err := d.node.state.load("vol")
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.Pods = nil
-	if err := d.saveState(st); err != nil {
+	if err := d.node.state.save(st); err != nil {
 		t.Fatal(err)
 	}
-	if publish("b"); len(d.podsAt([]string{b})) != 1 {
-		t.Fatalf("pods at %s after a publish again: %v", b, d.podsAt([]string{b}))
+	if publish("b"); len(d.node.state.podsAt([]string{b})) != 1 {
+		t.Fatalf("pods at %s after a publish again: %v", b, d.node.state.podsAt([]string{b}))
 	}
 }

@@ -18,7 +18,7 @@ import (
 // in that pod's directory.
 const PublishContextMounterUID = "objfuse.csi.io/mounter-uid"
 
-func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+func (c *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
@@ -28,21 +28,21 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	v, err := volume.FromContext(req.GetVolumeId(), req.GetVolumeContext(), d.opts.S3Defaults)
+	v, err := volume.FromContext(req.GetVolumeId(), req.GetVolumeContext(), c.s3.defaults)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q: %v", req.GetVolumeId(), err)
 	}
-	if err := d.checkExists(ctx, v.ID, req.GetSecrets(), req.GetVolumeId()); err != nil {
+	if err := c.checkExists(ctx, v.ID, req.GetSecrets(), req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	ok, err := d.opts.Launcher.NodeExists(ctx, req.GetNodeId())
+	ok, err := c.launcher.NodeExists(ctx, req.GetNodeId())
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "look up node %q: %v", req.GetNodeId(), err)
 	}
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "node %q does not exist", req.GetNodeId())
 	}
-	creds, err := d.credentials(req.GetSecrets(), lifecycle.PublishSecret)
+	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.PublishSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +52,8 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	// One pair's publish and unpublish run one at a time, whatever the
 	// launcher (lifecycle.Kube also keeps its passes out of them).
-	defer d.locks.lock("publish/" + m.Key())()
-	uid, err := d.opts.Launcher.Launch(ctx, m, creds)
+	defer c.locks.lock("publish/" + m.Key())()
+	uid, err := c.launcher.Launch(ctx, m, creds)
 	switch {
 	case errors.Is(err, lifecycle.ErrIncompatible):
 		return nil, status.Errorf(codes.AlreadyExists, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
@@ -67,7 +67,7 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{PublishContextMounterUID: uid}}, nil
 }
 
-func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+func (c *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	}
@@ -77,8 +77,8 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 		return nil, status.Error(codes.InvalidArgument, "node id is required: objfuse unpublishes per node")
 	}
 	m := spec.Mounter{VolumeID: req.GetVolumeId(), NodeID: req.GetNodeId()}
-	defer d.locks.lock("publish/" + m.Key())()
-	if err := d.opts.Launcher.Stop(ctx, m); err != nil {
+	defer c.locks.lock("publish/" + m.Key())()
+	if err := c.launcher.Stop(ctx, m); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "volume %q on node %q: stop mounter: %v", req.GetVolumeId(), req.GetNodeId(), err)
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil

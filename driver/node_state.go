@@ -3,9 +3,13 @@ package driver
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/objfuse/objfuse/volume"
 )
@@ -60,15 +64,41 @@ func keepPod(st *stagedVolume, target string, vc map[string]string) bool {
 	return true
 }
 
+// nodeState is what the node keeps of its volumes, in one place: the
+// staged volumes, in files under the state directory (so that a
+// restarted node plugin still repairs their mounts), and in memory what
+// the checks found, for NodeGetVolumeStats, under one lock.
+type nodeState struct {
+	dir string // the state directory
+	log *slog.Logger
+	// gauge counts the abnormal volumes, for the driver's metrics.
+	gauge prometheus.Gauge
+
+	mu       sync.Mutex
+	abnormal map[string]string // volume id → why its mount is broken
+	pending  map[string]string // volume id → what waits for its upload (pendingNote)
+
+	// The reconcile loop's own memory, which only it reads and writes:
+	// checks in a row each volume hung, and what the node last told each
+	// volume's pods about its mounter's health.
+	hangs       map[string]int
+	healthNotes map[string]healthNote
+}
+
+func newNodeState(dir string, gauge prometheus.Gauge, log *slog.Logger) *nodeState {
+	return &nodeState{dir: dir, log: log, gauge: gauge, abnormal: map[string]string{}, pending: map[string]string{},
+		hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
+}
+
 // podsAt are the pods the volumes staged here were published at targets
 // for; a target published before objfuse kept them has none.
-func (d *Driver) podsAt(targets []string) []podRef {
+func (s *nodeState) podsAt(targets []string) []podRef {
 	want := map[string]bool{}
 	for _, t := range targets {
 		want[t] = true
 	}
 	var pods []podRef
-	for _, st := range d.stagedVolumes() {
+	for _, st := range s.staged() {
 		for t, p := range st.Pods {
 			if want[t] {
 				pods = append(pods, p)
@@ -78,20 +108,21 @@ func (d *Driver) podsAt(targets []string) []podRef {
 	return pods
 }
 
-func (d *Driver) volumesDir() string { return filepath.Join(d.opts.StateDir, "volumes") }
+func (s *nodeState) volumesDir() string { return filepath.Join(s.dir, "volumes") }
 
 // volumeDir is the node's directory for a volume: a hash of its id, so an
 // id can never name a path outside the state directory.
-func (d *Driver) volumeDir(volumeID string) string {
-	return filepath.Join(d.volumesDir(), volume.Key(volumeID))
+func (s *nodeState) volumeDir(volumeID string) string {
+	return filepath.Join(s.volumesDir(), volume.Key(volumeID))
 }
 
-func (d *Driver) stateFile(volumeID string) string {
-	return filepath.Join(d.volumeDir(volumeID), "volume.json")
+func (s *nodeState) stateFile(volumeID string) string {
+	return filepath.Join(s.volumeDir(volumeID), "volume.json")
 }
 
-func (d *Driver) loadState(volumeID string) (*stagedVolume, error) {
-	return readState(d.stateFile(volumeID))
+// load reads what the node keeps of a staged volume.
+func (s *nodeState) load(volumeID string) (*stagedVolume, error) {
+	return readState(s.stateFile(volumeID))
 }
 
 func readState(path string) (*stagedVolume, error) {
@@ -99,20 +130,20 @@ func readState(path string) (*stagedVolume, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s stagedVolume
-	if err := json.Unmarshal(b, &s); err != nil {
+	var st stagedVolume
+	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("state %s: %w", path, err)
 	}
-	if s.Targets == nil {
-		s.Targets = map[string]bool{}
+	if st.Targets == nil {
+		st.Targets = map[string]bool{}
 	}
-	return &s, nil
+	return &st, nil
 }
 
-// saveState writes atomically, so a crash leaves the old or the new state.
-func (d *Driver) saveState(s *stagedVolume) error {
-	b, _ := json.MarshalIndent(s, "", "  ")
-	path := d.stateFile(s.VolumeID)
+// save writes atomically, so a crash leaves the old or the new state.
+func (s *nodeState) save(st *stagedVolume) error {
+	b, _ := json.MarshalIndent(st, "", "  ")
+	path := s.stateFile(st.VolumeID)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("save state: %w", err)
@@ -120,34 +151,36 @@ func (d *Driver) saveState(s *stagedVolume) error {
 	return os.Rename(tmp, path)
 }
 
-// stagedVolumes lists every volume this node has staged.
-func (d *Driver) stagedVolumes() []*stagedVolume {
-	files, _ := filepath.Glob(filepath.Join(d.volumesDir(), "*", "volume.json"))
+// staged lists every volume this node has staged.
+func (s *nodeState) staged() []*stagedVolume {
+	files, _ := filepath.Glob(filepath.Join(s.volumesDir(), "*", "volume.json"))
 	sort.Strings(files)
 	var out []*stagedVolume
 	for _, f := range files {
-		if s, err := readState(f); err == nil {
-			out = append(out, s)
+		if st, err := readState(f); err == nil {
+			out = append(out, st)
 		} else {
-			d.log.Warn("unreadable volume state", "file", f, "err", err)
+			s.log.Warn("unreadable volume state", "file", f, "err", err)
 		}
 	}
 	return out
 }
 
-func (d *Driver) setAbnormal(volumeID, why string) {
-	d.abnormalMu.Lock()
-	defer d.abnormalMu.Unlock()
-	keepNote(d.abnormal, volumeID, why)
-	d.metrics.abnormal.Set(float64(len(d.abnormal)))
+// setAbnormal keeps why a volume's mount is broken, for
+// NodeGetVolumeStats; "" says it is not.
+func (s *nodeState) setAbnormal(volumeID, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keepNote(s.abnormal, volumeID, why)
+	s.gauge.Set(float64(len(s.abnormal)))
 }
 
 // setPending keeps what waits for its upload on the volume's mounter,
 // for NodeGetVolumeStats.
-func (d *Driver) setPending(volumeID, note string) {
-	d.abnormalMu.Lock()
-	defer d.abnormalMu.Unlock()
-	keepNote(d.pending, volumeID, note)
+func (s *nodeState) setPending(volumeID, note string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keepNote(s.pending, volumeID, note)
 }
 
 // keepNote sets volumeID's note in notes; "" removes it.
@@ -159,14 +192,14 @@ func keepNote(notes map[string]string, volumeID, note string) {
 	}
 }
 
-func (d *Driver) pendingNote(volumeID string) string {
-	d.abnormalMu.Lock()
-	defer d.abnormalMu.Unlock()
-	return d.pending[volumeID]
+func (s *nodeState) pendingNote(volumeID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending[volumeID]
 }
 
-func (d *Driver) abnormalReason(volumeID string) string {
-	d.abnormalMu.Lock()
-	defer d.abnormalMu.Unlock()
-	return d.abnormal[volumeID]
+func (s *nodeState) abnormalReason(volumeID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.abnormal[volumeID]
 }

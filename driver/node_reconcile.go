@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
-	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
@@ -18,11 +17,11 @@ import (
 // volume should have a FUSE mount that answers. A dead mount (its mounter
 // crashed) or a hung one is replaced from the restarted mounter, and the
 // staging path and every target are bound again.
-func (d *Driver) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(d.opts.ReconcileEvery)
+func (n *nodeServer) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(n.reconcileEvery)
 	defer t.Stop()
 	for {
-		d.reconcile(ctx)
+		n.reconcile(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -31,14 +30,14 @@ func (d *Driver) reconcileLoop(ctx context.Context) {
 	}
 }
 
-func (d *Driver) reconcile(ctx context.Context) {
+func (n *nodeServer) reconcile(ctx context.Context) {
 	staged := map[string]bool{}
-	for _, st := range d.stagedVolumes() {
+	for _, st := range n.state.staged() {
 		staged[st.VolumeID] = true
-		d.reconcileVolume(ctx, st.VolumeID)
+		n.reconcileVolume(ctx, st.VolumeID)
 	}
-	forgetUnstaged(d.healthNotes, staged)
-	forgetUnstaged(d.hangs, staged)
+	forgetUnstaged(n.state.healthNotes, staged)
+	forgetUnstaged(n.state.hangs, staged)
 }
 
 // forgetUnstaged drops what the loop keeps of volumes no longer staged.
@@ -58,8 +57,8 @@ const hangsBeforeAbort = 3
 // mount, staging and every target must be objfuse mounts, and the FUSE
 // mount must answer. An unmounted path would pass a statfs (it is a plain
 // directory on the node), so mountinfo is read first.
-func (d *Driver) checkMounts(st *stagedVolume) error {
-	infos, err := d.mounts.List()
+func (n *nodeServer) checkMounts(st *stagedVolume) error {
+	infos, err := n.mounts.List()
 	if err != nil {
 		return err
 	}
@@ -72,7 +71,7 @@ func (d *Driver) checkMounts(st *stagedVolume) error {
 			return fmt.Errorf("%s is not an objfuse mount", p)
 		}
 	}
-	_, err = d.mounts.Statfs(st.Staging, d.opts.ProbeTimeout)
+	_, err = n.mounts.Statfs(st.Staging, n.probeTimeout)
 	return err
 }
 
@@ -108,40 +107,40 @@ func decideRepair(mountErr error, hangs int, serving bool) (repairStep, int) {
 	return stepAbortAndRepair, 0
 }
 
-func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
+func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 	// A volume being staged or unstaged (which waits for its uploads,
 	// minutes while S3 does not answer) is checked on a later pass;
 	// waiting here would hold up the checks of every other volume.
-	unlock, ok := d.locks.tryLock(volumeID)
+	unlock, ok := n.locks.tryLock(volumeID)
 	if !ok {
 		return
 	}
 	defer unlock()
-	st, err := d.loadState(volumeID)
+	st, err := n.state.load(volumeID)
 	if err != nil {
 		return // unstaged meanwhile
 	}
-	socket, _ := spec.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+	socket, _ := spec.SocketOnNode(n.kubeletDir, st.MounterUID)
 	status := func() (handoff.Reply, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
 	}
-	perr := d.checkMounts(st)
+	perr := n.checkMounts(st)
 	serving := false
 	if errors.Is(perr, mounts.ErrHung) {
 		rep, err := status()
 		serving = err == nil && rep.Serving
 	}
-	step, hangs := decideRepair(perr, d.hangs[volumeID], serving)
-	d.hangs[volumeID] = hangs
+	step, hangs := decideRepair(perr, n.state.hangs[volumeID], serving)
+	n.state.hangs[volumeID] = hangs
 	switch step {
 	case stepHealthy:
 		rep, err := status()
 		if err != nil {
 			// The mount answers; a mounter slow on its socket says
 			// nothing new about S3.
-			d.setAbnormal(volumeID, d.healthNotes[volumeID].why)
+			n.state.setAbnormal(volumeID, n.state.healthNotes[volumeID].why)
 			return
 		}
 		var h handoff.Health
@@ -150,79 +149,78 @@ func (d *Driver) reconcileVolume(ctx context.Context, volumeID string) {
 		}
 		// Abnormal first, then the Events: whoever hears of a problem
 		// finds the volume's condition saying so too.
-		d.setAbnormal(volumeID, abnormalReason(volumeID, h))
-		d.setPending(volumeID, pendingNote(h))
-		d.noteHealth(ctx, st, h)
+		n.state.setAbnormal(volumeID, abnormalReason(volumeID, h))
+		n.state.setPending(volumeID, pendingNote(h))
+		n.noteHealth(ctx, st, h)
 		return
 	case stepWaitSlow:
-		d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount answers slowly (%v); its mounter is alive", perr))
+		n.state.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount answers slowly (%v); its mounter is alive", perr))
 		return
 	case stepWaitSilent:
-		d.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
+		n.state.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
 		return
 	case stepAbortAndRepair:
-		if m, ok, _ := mounts.Mounted(d.mounts, st.Staging); ok && m.FsType == mounts.FSType {
-			if err := d.mounts.Abort(m); err != nil {
-				d.log.Error("abort hung mount", "volume", volumeID, "err", err)
+		if m, ok, _ := mounts.Mounted(n.mounts, st.Staging); ok && m.FsType == mounts.FSType {
+			if err := n.mounts.Abort(m); err != nil {
+				n.log.Error("abort hung mount", "volume", volumeID, "err", err)
 			} else {
-				d.log.Warn("aborted hung FUSE connection", "volume", volumeID)
+				n.log.Warn("aborted hung FUSE connection", "volume", volumeID)
 			}
 		}
 	case stepRepair:
 		if !mounts.IsDead(perr) {
-			d.log.Info("mount needs repair", "volume", volumeID, "why", perr)
+			n.log.Info("mount needs repair", "volume", volumeID, "why", perr)
 		}
 	}
-	d.setAbnormal(volumeID, fmt.Sprintf("the volume's mount is broken (%v); waiting for its mounter to restart", perr))
+	n.state.setAbnormal(volumeID, fmt.Sprintf("the volume's mount is broken (%v); waiting for its mounter to restart", perr))
 
 	// Only a mounter that is up and not serving can take a new handle.
 	rep, err := status()
-	if err != nil && d.findReplacedMounter(ctx, st) {
-		socket, _ = spec.SocketOnNode(d.opts.KubeletDir, st.MounterUID)
+	if err != nil && n.findReplacedMounter(ctx, st) {
+		socket, _ = spec.SocketOnNode(n.kubeletDir, st.MounterUID)
 		rep, err = status()
 	}
 	if err != nil || rep.Serving {
-		d.log.Info("mount broken; mounter not back yet", "volume", volumeID, "err", err)
+		n.log.Info("mount broken; mounter not back yet", "volume", volumeID, "err", err)
 		return
 	}
 	start := time.Now()
-	if err := d.mountVolume(ctx, st); err != nil {
-		d.log.Error("repair mount", "volume", volumeID, "err", err)
-		d.setAbnormal(volumeID, "repair failed: "+err.Error())
+	if err := n.mountVolume(ctx, st); err != nil {
+		n.log.Error("repair mount", "volume", volumeID, "err", err)
+		n.state.setAbnormal(volumeID, "repair failed: "+err.Error())
 		return
 	}
-	d.setAbnormal(volumeID, "")
-	d.metrics.repairs.Inc()
-	d.log.Info("repaired mount", "volume", volumeID, "targets", len(st.Targets), "took", time.Since(start))
-	_ = d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonRepaired, fmt.Sprintf(
+	n.state.setAbnormal(volumeID, "")
+	n.repairs.Inc()
+	n.log.Info("repaired mount", "volume", volumeID, "targets", len(st.Targets), "took", time.Since(start))
+	_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonRepaired, fmt.Sprintf(
 		"The objfuse mounter of volume %s restarted and the node plugin re-mounted the volume. Containers with mountPropagation HostToContainer see it again; other containers of this pod must be restarted to use it.", volumeID))
 }
 
 // findReplacedMounter looks for a mounter pod that replaced st's (the
 // controller starts one for a volume still attached when the pod is
 // gone), remembers it and says whether there is one.
-func (d *Driver) findReplacedMounter(ctx context.Context, st *stagedVolume) bool {
-	if d.opts.KubeClient == nil {
+func (n *nodeServer) findReplacedMounter(ctx context.Context, st *stagedVolume) bool {
+	if n.finder == nil {
 		return false
 	}
-	find := lifecycle.Finder{Client: d.opts.KubeClient, Namespace: d.opts.Namespace}
-	uid, err := find.PodUID(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: d.opts.NodeID})
+	uid, err := n.finder.PodUID(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: n.nodeID})
 	if err != nil {
-		d.log.Warn("look for a replaced mounter pod", "volume", st.VolumeID, "err", err)
+		n.log.Warn("look for a replaced mounter pod", "volume", st.VolumeID, "err", err)
 	}
 	if uid == "" || uid == st.MounterUID {
 		return false
 	}
-	d.log.Info("mounter pod replaced", "volume", st.VolumeID, "old", st.MounterUID, "new", uid)
-	d.tellPendingGone(ctx, st)
+	n.log.Info("mounter pod replaced", "volume", st.VolumeID, "old", st.MounterUID, "new", uid)
+	n.tellPendingGone(ctx, st)
 	// A new mounter counts its lost uploads and conflicts from 0.
 	st.MounterUID, st.ToldLostUploads, st.ToldConflicts = uid, 0, 0
-	if note, ok := d.healthNotes[st.VolumeID]; ok {
+	if note, ok := n.state.healthNotes[st.VolumeID]; ok {
 		note.lostUploads, note.conflicts = 0, 0
-		d.healthNotes[st.VolumeID] = note
+		n.state.healthNotes[st.VolumeID] = note
 	}
-	if err := d.saveState(st); err != nil {
-		d.log.Error("save state", "volume", st.VolumeID, "err", err)
+	if err := n.state.save(st); err != nil {
+		n.log.Error("save state", "volume", st.VolumeID, "err", err)
 	}
 	return true
 }

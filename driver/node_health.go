@@ -54,26 +54,26 @@ func abnormalReason(volumeID string, h handoff.Health) string {
 // noteHealth tells the pods using st what its mounter says they must know
 // (S3 refusing the mount's requests, files that were closed but never
 // uploaded) when it is news.
-func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) {
-	note, known := d.healthNotes[st.VolumeID]
+func (n *nodeServer) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Health) {
+	note, known := n.state.healthNotes[st.VolumeID]
 	if !known {
 		note.lostUploads, note.conflicts = st.ToldLostUploads, st.ToldConflicts
 	}
-	defer func() { d.healthNotes[st.VolumeID] = note }()
+	defer func() { n.state.healthNotes[st.VolumeID] = note }()
 	targets := st.targetPaths()
 	note.why = ""
 	switch {
 	case h.Problem != "":
 		note.why, note.clearChecks = abnormalReason(st.VolumeID, h), 0
 		if !note.loggedSince.Equal(h.ProblemSince) {
-			d.log.Warn("the volume's S3 requests fail", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
+			n.log.Warn("the volume's S3 requests fail", "volume", st.VolumeID, "kind", h.ProblemKind, "problem", h.Problem)
 			note.loggedSince = h.ProblemSince
 		}
 		if note.toldKind != h.ProblemKind || !note.toldSince.Equal(h.ProblemSince) {
 			note.toldTargets = nil
 		}
 		if untold := untoldOf(targets, note.toldTargets); len(untold) > 0 &&
-			d.events.Tell(ctx, untold, corev1.EventTypeWarning, reasonS3Problem, note.why) == nil {
+			n.events.Tell(ctx, untold, corev1.EventTypeWarning, reasonS3Problem, note.why) == nil {
 			note.toldKind, note.toldSince = h.ProblemKind, h.ProblemSince
 			if note.toldTargets == nil {
 				note.toldTargets = map[string]bool{}
@@ -86,13 +86,13 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 		if note.clearChecks++; note.clearChecks < recoveredAfterChecks {
 			break
 		}
-		d.log.Info("S3 serves the volume again", "volume", st.VolumeID)
-		if d.events.Tell(ctx, targets, corev1.EventTypeNormal, reasonS3Recovered, fmt.Sprintf(
+		n.log.Info("S3 serves the volume again", "volume", st.VolumeID)
+		if n.events.Tell(ctx, targets, corev1.EventTypeNormal, reasonS3Recovered, fmt.Sprintf(
 			"S3 serves volume %s again (its requests failed from %s for about %s).", st.VolumeID, stamp(note.toldSince), time.Since(note.toldSince).Round(time.Second))) == nil {
 			note.toldKind, note.toldSince, note.toldTargets, note.clearChecks = "", time.Time{}, nil, 0
 		}
 	}
-	d.noteConflicts(ctx, st, &note, targets, h)
+	n.noteConflicts(ctx, st, &note, targets, h)
 	note.pending = handoff.Health{PendingUploads: h.PendingUploads, PendingFiles: h.PendingFiles}
 	note.pendingAt = time.Now()
 	// A restarted mounter counts from 0 again.
@@ -102,8 +102,8 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 	}
 	if lost > 0 {
 		names := lostNames(h, lost)
-		d.log.Error("uploads no writer waited for failed", "volume", st.VolumeID, "files", lost, "names", names, "latest", h.LastLostUpload)
-		if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
+		n.log.Error("uploads no writer waited for failed", "volume", st.VolumeID, "files", lost, "names", names, "latest", h.LastLostUpload)
+		if n.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
 			"%d file(s) of volume %s were closed (asyncClose) or written through a memory mapping, but could not be uploaded to S3: their data is not stored. The files: %s. The latest failure: %s. The next fsync or close of one closed asynchronously fails with EIO; write them again once S3 accepts the requests.",
 			lost, st.VolumeID, names, h.LastLostUpload)) != nil {
 			return // told on a later check
@@ -112,8 +112,8 @@ func (d *Driver) noteHealth(ctx context.Context, st *stagedVolume, h handoff.Hea
 	note.lostUploads = h.LostUploads
 	if st.ToldLostUploads != h.LostUploads || st.ToldConflicts != note.conflicts {
 		st.ToldLostUploads, st.ToldConflicts = h.LostUploads, note.conflicts
-		if err := d.saveState(st); err != nil {
-			d.log.Error("save state", "volume", st.VolumeID, "err", err)
+		if err := n.state.save(st); err != nil {
+			n.log.Error("save state", "volume", st.VolumeID, "err", err)
 		}
 	}
 }
@@ -145,19 +145,19 @@ func namesOf(named []string, total int64, why string) string {
 // and reports what it could not upload itself; one killed at once cannot,
 // and this is all anyone knows: files closed since its last check are not
 // named.
-func (d *Driver) tellPendingGone(ctx context.Context, st *stagedVolume) {
-	note := d.healthNotes[st.VolumeID]
+func (n *nodeServer) tellPendingGone(ctx context.Context, st *stagedVolume) {
+	note := n.state.healthNotes[st.VolumeID]
 	p := note.pending
 	if p.PendingUploads == 0 {
 		return
 	}
 	named := namesOf(p.PendingFiles, p.PendingUploads, "")
-	d.log.Error("mounter pod replaced with uploads pending", "volume", st.VolumeID, "files", p.PendingUploads, "names", named)
-	_ = d.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
+	n.log.Error("mounter pod replaced with uploads pending", "volume", st.VolumeID, "files", p.PendingUploads, "names", named)
+	_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonUploadFailed, fmt.Sprintf(
 		"The mounter pod of volume %s was replaced while %d file(s) closed asynchronously (asyncClose) waited in its journal for their upload to S3 (at its last check, %s). The journal went with the pod: unless the old mounter uploaded them in its last seconds, their data is not stored. The files: %s. Check them in S3 and write them again if they are missing.",
 		st.VolumeID, p.PendingUploads, stamp(note.pendingAt), named))
 	note.pending = handoff.Health{}
-	d.healthNotes[st.VolumeID] = note
+	n.state.healthNotes[st.VolumeID] = note
 }
 
 // pendingNote says what waits for its upload on the volume's mounter,
@@ -207,18 +207,18 @@ func (st *stagedVolume) targetPaths() []string {
 
 // noteConflicts tells the pods using st of changes to files that lost to
 // another writer's (kept under a conflict name), when there are new ones.
-func (d *Driver) noteConflicts(ctx context.Context, st *stagedVolume, note *healthNote, targets []string, h handoff.Health) {
-	n := h.Conflicts - note.conflicts
-	if n < 0 { // a restarted mounter counts from 0 again
-		n = h.Conflicts
+func (n *nodeServer) noteConflicts(ctx context.Context, st *stagedVolume, note *healthNote, targets []string, h handoff.Health) {
+	news := h.Conflicts - note.conflicts
+	if news < 0 { // a restarted mounter counts from 0 again
+		news = h.Conflicts
 	}
-	if n == 0 {
+	if news == 0 {
 		return
 	}
-	d.log.Warn("write conflicts: changes kept under conflict names", "volume", st.VolumeID, "files", n, "latest", h.LastConflict)
-	if d.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonConflict, fmt.Sprintf(
+	n.log.Warn("write conflicts: changes kept under conflict names", "volume", st.VolumeID, "files", news, "latest", h.LastConflict)
+	if n.events.Tell(ctx, targets, corev1.EventTypeWarning, reasonConflict, fmt.Sprintf(
 		"%d change(s) to files of volume %s were made to a version that another writer (another node, or another S3 client) replaced meanwhile: the other writer's file was kept, each change was stored beside it under a name ending in \".objfuse-conflict-<time>\", and its close or fsync failed with EIO. The latest: %s. Merge the change by hand, or write the file again.",
-		n, st.VolumeID, h.LastConflict)) == nil {
+		news, st.VolumeID, h.LastConflict)) == nil {
 		note.conflicts = h.Conflicts
 	}
 }

@@ -1,0 +1,212 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
+)
+
+func mountGroup(c *csi.VolumeCapability) (*uint32, error) {
+	g := c.GetMount().GetVolumeMountGroup()
+	if g == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseUint(g, 10, 32)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume mount group %q: want a numeric group id (the pod's fsGroup)", g)
+	}
+	u := uint32(n)
+	return &u, nil
+}
+
+func (n *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetStagingTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	group, err := mountGroup(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	v, err := volume.FromContext(req.GetVolumeId(), req.GetVolumeContext(), volume.Defaults{Endpoint: "http://unused"})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q: %v", req.GetVolumeId(), err)
+	}
+	uid := req.GetPublishContext()[PublishContextMounterUID]
+	if uid == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q has no mounter on this node: publish context lacks %s (did ControllerPublishVolume run?)", req.GetVolumeId(), PublishContextMounterUID)
+	}
+	if _, err := spec.SocketOnNode(n.kubeletDir, uid); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "publish context: %v", err)
+	}
+	defer n.locks.lock(req.GetVolumeId())()
+
+	st := &stagedVolume{
+		VolumeID: req.GetVolumeId(), Source: "objfuse:" + v.Source(), MounterUID: uid,
+		ReadOnly: readOnlyMode(req.GetVolumeCapability()), MountGroup: group,
+		Staging: req.GetStagingTargetPath(), Targets: map[string]bool{},
+	}
+	if old, err := n.state.load(st.VolumeID); err == nil {
+		if old.Staging != st.Staging {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", st.VolumeID, old.Staging)
+		}
+		st.Targets, st.Pods = old.Targets, old.Pods
+		if old.MounterUID == st.MounterUID {
+			st.ToldLostUploads, st.ToldConflicts = old.ToldLostUploads, old.ToldConflicts
+		}
+		if n.healthy(st.Staging) {
+			if old.MounterUID != st.MounterUID || old.ReadOnly != st.ReadOnly {
+				// A replaced mounter pod: repairs must find the new one.
+				if err := n.state.save(st); err != nil {
+					return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+				}
+			}
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+	}
+	if err := os.MkdirAll(n.state.volumeDir(st.VolumeID), 0o700); err != nil {
+		return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+	}
+	if err := n.state.save(st); err != nil {
+		return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+	}
+	if err := n.mountVolume(ctx, st); err != nil {
+		return nil, err
+	}
+	n.log.Info("staged", "volume", st.VolumeID, "staging", st.Staging, "source", st.Source)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// healthy says whether path is an objfuse mount that answers.
+func (n *nodeServer) healthy(path string) bool {
+	m, ok, err := mounts.Mounted(n.mounts, path)
+	if err != nil || !ok || m.FsType != mounts.FSType {
+		return false
+	}
+	_, err = n.mounts.Statfs(path, n.probeTimeout)
+	return err == nil
+}
+
+// mountVolume (re)builds st's mounts: a fresh FUSE mount at the staging
+// path served by the mounter, bound at every target.
+func (n *nodeServer) mountVolume(ctx context.Context, st *stagedVolume) error {
+	if err := n.mounts.UnmountAll(st.Staging); err != nil {
+		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+	}
+	// The FUSE filesystem is mounted at the staging path itself: kubelet
+	// refuses NodeUnstage while the filesystem is mounted anywhere else
+	// outside its own directories (GetDeviceMountRefs).
+	if err := n.serveFUSE(ctx, st, st.Staging); err != nil {
+		return err
+	}
+	// Targets get the new mount on top of the dead one, not in its
+	// place: a container that mounted the target with HostToContainer
+	// propagation receives mounts made below its mountpoint, so it sees
+	// the repaired volume at once. (NodeUnpublish removes the stack.)
+	for t, ro := range st.Targets {
+		if err := n.mounts.Bind(st.Staging, t, ro); err != nil {
+			return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+		}
+	}
+	return nil
+}
+
+// serveFUSE mounts /dev/fuse at mnt and hands the handle to the mounter,
+// waiting (bounded) for it to come up and to answer "serving".
+func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string) error {
+	socket, _ := spec.SocketOnNode(n.kubeletDir, st.MounterUID)
+	wctx, cancel := context.WithTimeout(ctx, n.mounterWait)
+	defer cancel()
+	var rep handoff.Reply
+	var lastErr error
+	up := waitFor(wctx, 200*time.Millisecond, func() bool {
+		cctx, cancel := context.WithTimeout(wctx, 3*time.Second)
+		defer cancel()
+		rep, lastErr = handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
+		return lastErr == nil
+	})
+	if !up {
+		return status.Errorf(codes.Unavailable, "volume %s: the mounter does not answer at %s: %v", st.VolumeID, socket, lastErr)
+	}
+	if want := strings.TrimPrefix(st.Source, "objfuse:"); strings.TrimSuffix(strings.TrimPrefix(rep.Source, "objfuse:"), "/") != want {
+		return status.Errorf(codes.FailedPrecondition, "volume %s: the mounter at %s serves %q, not %q", st.VolumeID, socket, rep.Source, want)
+	}
+	if rep.Serving {
+		return status.Errorf(codes.FailedPrecondition, "volume %s: the mounter at %s already serves another FUSE connection", st.VolumeID, socket)
+	}
+	if err := os.MkdirAll(mnt, 0o750); err != nil {
+		return status.Errorf(codes.Internal, "mountpoint: %v", err)
+	}
+	fd, err := n.mounts.MountFUSE(mnt, st.Source, st.ReadOnly)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
+	}
+	_, err = handoff.Call(wctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup}, fd)
+	closeFD(fd)
+	if err != nil {
+		n.mounts.UnmountAll(mnt)
+		return status.Errorf(codes.Unavailable, "volume %s: hand the FUSE handle to the mounter: %v", st.VolumeID, err)
+	}
+	// The mounter answered INIT before "serving", so the kernel's
+	// readahead can be raised now; the mount works without it, slower.
+	if err := n.mounts.TuneReadahead(mnt, mounts.ReadaheadKiB); err != nil {
+		n.log.Warn("kernel readahead left at its default", "volume", st.VolumeID, "err", err)
+	}
+	return nil
+}
+
+func (n *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	switch {
+	case req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case req.GetStagingTargetPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	defer n.locks.lock(req.GetVolumeId())()
+	st, err := n.state.load(req.GetVolumeId())
+	if err == nil && st.MounterUID != "" {
+		// Uploads first: the mounter releases the mount only once nothing
+		// is pending. Anything but "no mounter there" keeps the mount and
+		// fails, and kubelet retries; the mounter goes on uploading.
+		socket, _ := spec.SocketOnNode(n.kubeletDir, st.MounterUID)
+		_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpExit}, -1)
+		if err != nil && !mounterGone(err) {
+			return nil, status.Errorf(codes.Unavailable, "unstage %s: the mounter has not uploaded everything yet: %v", req.GetVolumeId(), err)
+		}
+	}
+	if err := n.mounts.UnmountAll(req.GetStagingTargetPath()); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	}
+	if err := os.RemoveAll(n.state.volumeDir(req.GetVolumeId())); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	}
+	removeEmptyDir(req.GetStagingTargetPath())
+	n.state.setAbnormal(req.GetVolumeId(), "")
+	n.state.setPending(req.GetVolumeId(), "")
+	n.log.Info("unstaged", "volume", req.GetVolumeId())
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// mounterGone says whether a call failed because no mounter listens:
+// nothing pending can be lost by going on.
+func mounterGone(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
