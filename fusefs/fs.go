@@ -66,7 +66,7 @@ type FS struct {
 	// cache holds ranges read at random; nil without Options.ReadCacheSize.
 	cache *readcache.Cache
 
-	// splicing: readahead chunks are pipes (pipes.go).
+	// splicing: readahead chunks are pipes (read_pipes.go).
 	splicing    bool
 	reorderWait time.Duration
 
@@ -100,7 +100,7 @@ type Stats struct {
 	// descriptors.
 	AsyncUploadErrors atomic.Int64
 	// Conflicts are changes to a file that another writer replaced
-	// meanwhile, kept under a conflict name instead (conflict.go).
+	// meanwhile, kept under a conflict name instead (write_conflict.go).
 	Conflicts atomic.Int64
 	// BytesSpliced went from S3 into readahead pipes (never through
 	// user space when the store splices).

@@ -18,7 +18,7 @@ const minChunk = 1 << 20
 // reader serves one handle's reads of a clean object: small random reads
 // become ranged GETs of just what was asked; once reads are sequential it
 // keeps up to Concurrency chunks in flight ahead of the reader, in
-// buffers or, when the store's bodies can splice, in pipes (pipes.go).
+// buffers or, when the store's bodies can splice, in pipes (read_pipes.go).
 type reader struct {
 	fsys *FS
 

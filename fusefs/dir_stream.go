@@ -81,7 +81,7 @@ func (s *dirStream) start() {
 }
 
 // prefetchMetadata sends the HEADs of the files the listing shows without
-// metadata, in the order readers get them (see listmeta.go).
+// metadata, in the order readers get them (see dir_listmeta.go).
 func (s *dirStream) prefetchMetadata(ctx context.Context) {
 	p := newMetaPrefetcher(s.n)
 	for i := 0; ; i++ {

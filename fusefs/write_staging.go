@@ -13,7 +13,7 @@ import (
 // the writes as they come: random writes, overwrites, appends, truncates.
 // The file is unlinked as soon as it is created, so a crash leaves no
 // litter, unless the mount has a journal: then it is a data file there,
-// named by id, so that it can be journaled in place (journal.go). Its
+// named by id, so that it can be journaled in place (write_journal.go). Its
 // size counts against the mount's staging limit.
 type stagingFile struct {
 	fsys     *FS
