@@ -54,3 +54,29 @@ func graceEnd(ctx context.Context, grace time.Duration) time.Time {
 	}
 	return v.(time.Time)
 }
+
+// uninterruptible keeps an upload going when the system call that started
+// it is interrupted: the kernel then cancels the FUSE request's context
+// (a Go program's preemption signals do that routinely), and an upload
+// cut short would fail close(2) with EIO and lose the file. The upload's
+// own retries and timeouts still bound it.
+func uninterruptible(ctx context.Context) context.Context {
+	return context.WithoutCancel(ctx)
+}
+
+// asyncUploadTimeout bounds an upload no writer waits for (after an
+// asynchronous close), retries of an endpoint that does not answer
+// included.
+const asyncUploadTimeout = 5 * time.Minute
+
+// uninterruptibleUntilDeadline is uninterruptible but keeps ctx's
+// deadline, if any: the upload after an asynchronous close, and a drain,
+// are bounded by one, and retry an endpoint that does not answer until
+// then (a FUSE request's context has none).
+func uninterruptibleUntilDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return uninterruptible(ctx), func() {}
+	}
+	return context.WithDeadline(uninterruptible(ctx), deadline)
+}

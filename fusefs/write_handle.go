@@ -1,0 +1,131 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx = uninterruptible(ctx) // a write may upload a part
+	n := h.node
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.err != nil {
+		return 0, syscall.EIO
+	}
+	if !n.local() {
+		if n.attr.size == 0 && off == 0 && !h.append {
+			if err := n.startEmptyLocked(); err != nil {
+				return 0, n.writeFailed(err)
+			}
+		} else if err := n.toStaging(ctx); err != nil {
+			return 0, toErrno(err)
+		}
+	}
+	kernelOff := off // where the kernel puts the write in its pages
+	if h.append && off != n.size() {
+		// The kernel puts an O_APPEND write at the end it knows, which
+		// another writer may have moved since: the end is the one of
+		// the content here, loaded from the version the store holds.
+		// The kernel's pages and size are wrong from here on.
+		off = n.size()
+		n.dropKernelCacheLater()
+	}
+	if n.stream != nil && off != n.stream.size {
+		if err := n.toStaging(ctx); err != nil {
+			return 0, toErrno(err)
+		}
+	}
+	if n.stream != nil {
+		k, err := n.stream.write(ctx, data, n.attr.metadata())
+		switch _, full := noRoom(err); {
+		case errors.Is(err, errNoMemory):
+			if err := n.toStaging(ctx); err != nil {
+				return 0, n.writeFailed(err)
+			}
+			n.fsys.stats.MemorySpills.Add(1) // and the write goes there, below
+		case full && k > 0:
+			// A short write keeps what fit; the next write hears why.
+			data = data[:k]
+		case err != nil:
+			return 0, n.writeFailed(err)
+		}
+	}
+	if n.stream == nil {
+		if err := n.keepJournaledLocked(); err != nil {
+			return 0, n.writeFailed(err)
+		}
+		if err := n.staging.WriteAt(data, off); err != nil {
+			return 0, n.writeFailed(err)
+		}
+		n.attr.size = max(n.attr.size, off+int64(len(data)))
+	}
+	n.dirty, n.failureTold = true, false
+	n.cachedETag = ""
+	n.kernelSize = max(n.kernelSize, kernelOff+int64(len(data)))
+	n.fsys.stats.BytesWritten.Add(int64(len(data)))
+	return uint32(len(data)), 0
+}
+
+// writeFailed records a failure that loses written data, so that close and
+// fsync report it too.
+func (n *fileNode) writeFailed(err error) syscall.Errno {
+	if e, full := noRoom(err); full {
+		return e // nothing was written; what came before is intact
+	}
+	if n.err == nil && (errors.Is(err, store.ErrUnavailable) || n.stream != nil) {
+		n.err = err
+	}
+	n.fsys.opts.Logger.Error("write failed", "key", n.key(), "err", err)
+	return syscall.EIO
+}
+
+// noRoom reports whether err is a full staging disk (ENOSPC, EDQUOT; it
+// comes wrapped in the file's *PathError) or a file at the most S3 takes
+// (EFBIG): the write failed without losing anything written before.
+func noRoom(err error) (syscall.Errno, bool) {
+	e := syscall.Errno(0)
+	if errors.As(err, &e) && (e == syscall.ENOSPC || e == syscall.EDQUOT || e == syscall.EFBIG) {
+		return e, true
+	}
+	return 0, false
+}
+
+// Flush runs on every close(2): the object is complete when close returns.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.writable {
+		return 0
+	}
+	if h.node.fsys.asyncClose() {
+		// The upload happens on RELEASE, which the kernel sends after
+		// close(2) has returned; only an earlier failure is reported now.
+		// The content waits in the journal, which outlives the process.
+		n := h.node
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.asyncErr != nil || n.err != nil {
+			n.asyncErr = nil
+			return syscall.EIO
+		}
+		if n.dirty && !n.unlinked {
+			if err := n.journalLocked(ctx); err != nil {
+				if !errors.Is(err, errCloseWaits) {
+					n.fsys.opts.Logger.Warn("cannot journal a file closed asynchronously; the close waits for its upload", "key", n.key(), "err", err)
+				}
+				e := n.syncLocked(ctx)
+				n.failureTold = e != 0
+				return e
+			}
+			n.closedAsync = true
+		}
+		return 0
+	}
+	return h.node.syncForWriter(ctx)
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.node.syncForWriter(ctx)
+}

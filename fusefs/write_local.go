@@ -1,0 +1,138 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// startCreated makes a new file's content empty and ready to stream.
+func (n *fileNode) startCreated() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dropLocal()
+	n.stream = n.fsys.newStream(n.linkedKey)
+	n.attr.size = 0
+	n.dirty, n.failureTold = true, false
+	n.stored = false
+}
+
+// startEmptyLocked makes the content empty and ready to stream, or for
+// a file without a name, which is never uploaded, an empty staging file.
+func (n *fileNode) startEmptyLocked() error {
+	kept := n.takeJournaledLocked()
+	n.dropLocal()
+	n.frozen = kept
+	n.attr.size = 0
+	n.dirty, n.failureTold = true, false
+	n.cachedETag = ""
+	if !n.unlinked {
+		n.stream = n.fsys.newStream(n.linkedKey)
+		return nil
+	}
+	st, err := n.fsys.newStaging()
+	if err != nil {
+		return err
+	}
+	n.staging = st
+	return nil
+}
+
+// dropLocal discards local content.
+func (n *fileNode) dropLocal() {
+	if n.stream != nil {
+		n.stream.abort()
+		n.stream = nil
+	}
+	if n.staging != nil {
+		n.staging.Close()
+		n.staging = nil
+	}
+	n.dropFrozenLocked()
+	n.dirty, n.closedAsync = false, false
+	n.base = store.AnyVersion
+}
+
+// toStaging moves the content to a staging file: from the stream's
+// buffer, or by first completing the stream's upload and downloading it
+// back when parts already went up, or from the object.
+func (n *fileNode) toStaging(ctx context.Context) error {
+	ctx = uninterruptible(ctx)
+	if n.staging != nil {
+		return nil
+	}
+	if n.stream != nil && !n.stream.started() {
+		st, err := n.fsys.newStaging()
+		if err != nil {
+			return err
+		}
+		if err := st.WriteAt(n.stream.pending(), 0); err != nil {
+			st.Close()
+			return err
+		}
+		n.attr.size = n.stream.size
+		n.stream.release()
+		n.stream = nil
+		n.staging = st
+		return nil
+	}
+	if n.stream != nil {
+		if errno := n.syncLocked(ctx); errno != 0 {
+			return errno
+		}
+	}
+	key, err := n.linkedKey()
+	if err != nil {
+		return err
+	}
+	told := n.attr.etag
+	st, size, err := n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
+	// Another writer replaced the object since its attributes were read:
+	// the change starts from the version there now. A file replaced over
+	// and over may change again while it loads: a few tries, then ESTALE.
+	for try := 0; errors.Is(err, store.ErrChanged) && try < loadTries; try++ {
+		if err = n.revalidateLocked(ctx, key); err == nil {
+			st, size, err = n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if size != n.attr.size {
+		// The attributes were another version's size (see loadStaging).
+		n.attr.size = size
+		n.dropKernelCacheLater()
+	}
+	n.staging, n.base = st, n.attr.etag
+	if n.attr.etag != told {
+		n.dropKernelCacheLater()
+	}
+	return nil
+}
+
+// loadTries bounds the loads of a local copy that find the object
+// replaced again.
+const loadTries = 5
+
+func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
+	if size == n.size() && n.local() {
+		return nil
+	}
+	if size == 0 {
+		return n.startEmptyLocked()
+	}
+	if err := n.toStaging(ctx); err != nil {
+		return err
+	}
+	if err := n.keepJournaledLocked(); err != nil {
+		return err
+	}
+	if err := n.staging.Truncate(size); err != nil {
+		return err
+	}
+	n.attr.size = size
+	n.dirty, n.failureTold = true, false
+	n.cachedETag = ""
+	return nil
+}

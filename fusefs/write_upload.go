@@ -1,0 +1,175 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+)
+
+func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	return n.sync(ctx)
+}
+
+func (n *fileNode) sync(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.syncLocked(ctx)
+}
+
+// syncForWriter is sync for a writer's close(2) or fsync, which hears of
+// a failure: the last RELEASE need not report it again.
+func (n *fileNode) syncForWriter(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.syncLocked(ctx)
+	n.failureTold = e != 0
+	return e
+}
+
+// syncLocked makes the object equal the local content. A failure is EIO
+// to the caller and leaves the previous object as it was.
+func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
+	ctx, cancel := n.fsys.uploadContext(ctx)
+	defer cancel()
+	if n.err != nil {
+		return syscall.EIO
+	}
+	if n.asyncErr != nil {
+		n.fsys.opts.Logger.Error("reporting an earlier asynchronous upload failure", "key", n.key(), "err", n.asyncErr)
+		n.asyncErr = nil
+		return syscall.EIO
+	}
+	if !n.dirty || n.unlinked {
+		return 0
+	}
+	// Inside the gate, no rename moves the key between here and the
+	// upload's end (keyGate).
+	key, leave, kerr := n.fsys.gate.enterAt(n.linkedKey)
+	if kerr != nil {
+		// Unlinking and renaming over a file mark it unlinked first.
+		// Should one lose its name any other way, it is not stored under
+		// a name made up for it, and its writer hears so on every flush.
+		n.err, n.uploadErr = kerr, kerr
+		n.fsys.opts.Logger.Error("not uploading a file that lost its name; reporting EIO to the writer", "ino", n.StableAttr().Ino)
+		return syscall.EIO
+	}
+	defer leave()
+	a := n.attr
+	if !n.mtimeSet {
+		a.mtime = time.Now()
+	}
+	meta := a.metadata()
+	var err error
+	switch {
+	case n.stream != nil:
+		s := n.stream
+		n.stream = nil
+		o, ferr := s.finish(ctx, meta)
+		if err = ferr; err == nil {
+			a.size, a.etag = o.Size, o.ETag
+		} else {
+			// The stream's data is gone with its aborted upload; the
+			// writer hears of it on this and every later flush.
+			n.err = err
+		}
+	case n.staging != nil:
+		size := n.attr.size
+		o, perr := n.uploadStaging(ctx, key, size, meta)
+		if err = perr; err == nil {
+			a.size, a.etag = size, o.ETag
+			n.base = o.ETag
+		}
+	}
+	if err != nil {
+		err = n.fsys.stoppedError(ctx, err)
+		n.uploadErr = err
+		n.fsys.stats.UploadErrors.Add(1)
+		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)
+		// Lost for good: a stream's data went with its upload, and past
+		// the stop deadline nothing is tried again. Content still here
+		// is tried again by the last RELEASE, which reports it if that
+		// fails too.
+		if n.err != nil || n.fsys.stopPassed() {
+			n.giveUpLocked(err)
+		}
+		return syscall.EIO
+	}
+	n.fsys.stats.Uploads.Add(1)
+	n.settleJournalLocked()
+	n.own.note(a.etag)
+	n.attr, n.attrAt = a, time.Now()
+	n.stored, n.dirty, n.mtimeSet, n.closedAsync = true, false, false, false
+	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
+	return 0
+}
+
+// release ends one open. The last close drops local content: anything not
+// uploaded by then was reported to the writer by flush.
+func (n *fileNode) release(h *handle) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.handles, h)
+	n.opens--
+	if h.writable {
+		n.writers--
+	}
+	if n.opens > 0 {
+		return
+	}
+	n.uploadLeftLocked()
+}
+
+// uploadLeftLocked uploads what the last close left, if anything, and
+// drops the local content.
+func (n *fileNode) uploadLeftLocked() {
+	switch {
+	case n.dirty && n.err == nil && !n.unlinked:
+		// With AsyncClose this is the upload close(2) did not wait for
+		// (the kernel sends RELEASE after close returns); otherwise the
+		// file was written through a mapping that outlived its
+		// descriptors, which no FLUSH follows. Either way no writer waits
+		// to hear of a failure: it is reported as a loss, unless a
+		// writer's close or fsync already returned it and nothing was
+		// written since.
+		closedAsync, told := n.closedAsync, n.failureTold
+		n.closedAsync = !told
+		ctx, cancel := n.fsys.backgroundUploadContext()
+		if n.syncLocked(ctx) != 0 {
+			if closedAsync {
+				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
+			}
+			n.giveUpLocked(n.uploadErr) // unless syncLocked did, or it was told
+		}
+		cancel()
+	case n.dirty && n.err != nil && n.closedAsync:
+		// A write through another handle failed after this content was
+		// closed asynchronously: that handle's writer heard, this one
+		// may not.
+		n.asyncErr = n.err
+		n.reportLost(n.err)
+	}
+	n.dropLocal()
+	n.err = nil
+}
+
+// giveUpLocked takes content whose upload failed for good out of the
+// pending count and counts it lost, at once for a health report (which
+// reads both under the same lock): a report names it in one or the other,
+// never in both nor in neither.
+func (n *fileNode) giveUpLocked(err error) {
+	n.fsys.tally.Lock()
+	defer n.fsys.tally.Unlock()
+	n.leaveJournaledLocked()
+	n.reportLost(err)
+}
+
+// reportLost tells, once, of content closed asynchronously that will not
+// reach S3 (see closedAsync).
+func (n *fileNode) reportLost(err error) {
+	if n.closedAsync {
+		n.closedAsync = false
+		n.fsys.noteLostUpload(n.key(), err)
+	}
+}
