@@ -62,21 +62,10 @@ type fileNode struct {
 	// change made here never silently overwrites another writer's.
 	// AnyVersion when the content replaces the object whole (created,
 	// truncated to empty), which is last-writer-wins, as S3 itself.
-	base  string
-	dirty bool  // local content differs from the object
-	err   error // a failed upload, reported until the last close
-	// asyncErr is an upload that failed after an asynchronous close,
-	// reported by the next close or fsync of this file.
-	asyncErr  error
-	uploadErr error // the last upload failure, for logs and asyncErr
-	// closedAsync: a close(2) returned before the content it left was
-	// uploaded. Should that upload fail, whoever makes it (the last
-	// RELEASE, a drain, an fsync), the loss is reported (Health), as
-	// that writer may never hear of it.
-	closedAsync bool
-	// failureTold: the latest failed upload was returned to a writer's
-	// close(2) or fsync, and nothing was written since.
-	failureTold bool
+	base string
+	// upload is where the content stands with its upload, and which
+	// failure the file's writers have still to hear of.
+	upload uploadState
 }
 
 var (
@@ -271,7 +260,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 		if _, ok := in.GetMTime(); ok {
 			n.mtimeSet = true
 		}
-		if !n.dirty && n.stored {
+		if !n.upload.pending() && n.stored {
 			var err error
 			if a, err = n.rewriteMetadataLocked(ctx, a, in); err != nil {
 				return errno(err)
@@ -409,7 +398,8 @@ func (n *fileNode) markUnlinked() {
 	if n.opens == 0 {
 		n.dropLocal()
 	}
-	n.unlinked, n.stored, n.dirty, n.closedAsync = true, false, false, false
+	n.unlinked, n.stored = true, false
+	n.upload.settled()
 }
 
 func toErrno(err error) syscall.Errno {

@@ -136,7 +136,7 @@ func inUse(in *fs.Inode) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.opens > 0 || f.local() || f.dirty
+	return f.opens > 0 || f.local() || f.upload.pending()
 }
 
 // OnForget: go-fuse dropped the inode (the kernel forgot it).

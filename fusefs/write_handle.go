@@ -13,7 +13,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n := h.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.err != nil {
+	if n.upload.lostTo() != nil {
 		return 0, syscall.EIO
 	}
 	if !n.local() {
@@ -63,7 +63,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 		n.attr.size = max(n.attr.size, off+int64(len(data)))
 	}
-	n.dirty, n.failureTold = true, false
+	n.upload.written()
 	n.cachedETag = ""
 	n.kernelSize = max(n.kernelSize, kernelOff+int64(len(data)))
 	n.fsys.stats.BytesWritten.Add(int64(len(data)))
@@ -76,8 +76,8 @@ func (n *fileNode) writeFailed(err error) syscall.Errno {
 	if e, full := noRoom(err); full {
 		return e // nothing was written; what came before is intact
 	}
-	if n.err == nil && (errors.Is(err, store.ErrUnavailable) || n.stream != nil) {
-		n.err = err
+	if errors.Is(err, store.ErrUnavailable) || n.stream != nil {
+		n.upload.lose(err)
 	}
 	n.fsys.opts.Logger.Error("write failed", "key", n.key(), "err", err)
 	return syscall.EIO
@@ -106,20 +106,19 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		n := h.node
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.asyncErr != nil || n.err != nil {
-			n.asyncErr = nil
+		if owed := n.upload.takeOwed(); owed != nil || n.upload.lostTo() != nil {
 			return syscall.EIO
 		}
-		if n.dirty && !n.unlinked {
+		if n.upload.pending() && !n.unlinked {
 			if err := n.journalLocked(ctx); err != nil {
 				if !errors.Is(err, errCloseWaits) {
 					n.fsys.opts.Logger.Warn("cannot journal a file closed asynchronously; the close waits for its upload", "key", n.key(), "err", err)
 				}
 				e := n.syncLocked(ctx)
-				n.failureTold = e != 0
+				n.upload.answered(e)
 				return e
 			}
-			n.closedAsync = true
+			n.upload.closedAsync()
 		}
 		return 0
 	}

@@ -61,7 +61,7 @@ func (n *fileNode) journalLocked(ctx context.Context) error {
 func (n *fileNode) journalAgain(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.dirty && n.closedAsync && !n.unlinked && n.fsys.journal != nil {
+	if n.upload.awaitsAsyncUpload() && !n.unlinked && n.fsys.journal != nil {
 		if err := n.journalLocked(ctx); err != nil {
 			n.fsys.opts.Logger.Error("journal a file whose unlink failed", "key", n.key(), "err", err)
 		}
@@ -129,7 +129,7 @@ func (n *fileNode) settleJournalLocked() {
 // container restarted) uploads it; should the pod go instead, it was
 // reported lost.
 func (n *fileNode) leaveJournaledLocked() {
-	if !errors.Is(n.uploadErr, ErrStopped) {
+	if !errors.Is(n.upload.lastFailure(), ErrStopped) {
 		return
 	}
 	for _, st := range []*stagingFile{n.staging, n.frozen} {
@@ -248,7 +248,7 @@ func (f *FS) restoreFile(ctx context.Context, r journalRecord) (*fileNode, error
 			old.mu.Lock()
 			old.dropLocal()
 			old.staging, old.attr, old.base, old.stored = st, a, r.Base, r.Stored
-			old.dirty, old.closedAsync = true, true
+			old.upload.restored()
 			old.mu.Unlock()
 			return old, nil
 		}
@@ -257,7 +257,8 @@ func (f *FS) restoreFile(ctx context.Context, r journalRecord) (*fileNode, error
 		return nil, fmt.Errorf("key %q: %q is a directory", r.Key, name)
 	}
 	n := &fileNode{fsys: f, attr: a, attrAt: time.Now(), stored: r.Stored, staging: st, base: r.Base,
-		dirty: true, closedAsync: true, mtimeSet: true}
+		mtimeSet: true}
+	n.upload.restored()
 	dir.AddChild(name, dir.adopt(ctx, n, syscall.S_IFREG), true)
 	return n, nil
 }

@@ -14,7 +14,7 @@ func (n *fileNode) startCreated() {
 	n.dropLocal()
 	n.stream = n.fsys.newStream(n.linkedKey)
 	n.attr.size = 0
-	n.dirty, n.failureTold = true, false
+	n.upload.written()
 	n.stored = false
 }
 
@@ -25,7 +25,7 @@ func (n *fileNode) startEmptyLocked() error {
 	n.dropLocal()
 	n.frozen = kept
 	n.attr.size = 0
-	n.dirty, n.failureTold = true, false
+	n.upload.written()
 	n.cachedETag = ""
 	if !n.unlinked {
 		n.stream = n.fsys.newStream(n.linkedKey)
@@ -50,7 +50,7 @@ func (n *fileNode) dropLocal() {
 		n.staging = nil
 	}
 	n.dropFrozenLocked()
-	n.dirty, n.closedAsync = false, false
+	n.upload.settled()
 	n.base = store.AnyVersion
 }
 
@@ -132,7 +132,7 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 		return err
 	}
 	n.attr.size = size
-	n.dirty, n.failureTold = true, false
+	n.upload.written()
 	n.cachedETag = ""
 	return nil
 }

@@ -24,7 +24,7 @@ func (n *fileNode) syncForWriter(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e := n.syncLocked(ctx)
-	n.failureTold = e != 0
+	n.upload.answered(e)
 	return e
 }
 
@@ -33,15 +33,14 @@ func (n *fileNode) syncForWriter(ctx context.Context) syscall.Errno {
 func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	ctx, cancel := n.fsys.uploadContext(ctx)
 	defer cancel()
-	if n.err != nil {
+	if n.upload.lostTo() != nil {
 		return syscall.EIO
 	}
-	if n.asyncErr != nil {
-		n.fsys.opts.Logger.Error("reporting an earlier asynchronous upload failure", "key", n.key(), "err", n.asyncErr)
-		n.asyncErr = nil
+	if owed := n.upload.takeOwed(); owed != nil {
+		n.fsys.opts.Logger.Error("reporting an earlier asynchronous upload failure", "key", n.key(), "err", owed)
 		return syscall.EIO
 	}
-	if !n.dirty || n.unlinked {
+	if !n.upload.pending() || n.unlinked {
 		return 0
 	}
 	// Inside the gate, no rename moves the key between here and the
@@ -51,7 +50,8 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		// Unlinking and renaming over a file mark it unlinked first.
 		// Should one lose its name any other way, it is not stored under
 		// a name made up for it, and its writer hears so on every flush.
-		n.err, n.uploadErr = kerr, kerr
+		n.upload.lose(kerr)
+		n.upload.failed(kerr)
 		n.fsys.opts.Logger.Error("not uploading a file that lost its name; reporting EIO to the writer", "ino", n.StableAttr().Ino)
 		return syscall.EIO
 	}
@@ -72,7 +72,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		} else {
 			// The stream's data is gone with its aborted upload; the
 			// writer hears of it on this and every later flush.
-			n.err = err
+			n.upload.lose(err)
 		}
 	case n.staging != nil:
 		size := n.attr.size
@@ -84,14 +84,14 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	}
 	if err != nil {
 		err = n.fsys.stoppedError(ctx, err)
-		n.uploadErr = err
+		n.upload.failed(err)
 		n.fsys.stats.UploadErrors.Add(1)
 		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)
 		// Lost for good: a stream's data went with its upload, and past
 		// the stop deadline nothing is tried again. Content still here
 		// is tried again by the last RELEASE, which reports it if that
 		// fails too.
-		if n.err != nil || n.fsys.stopPassed() {
+		if n.upload.lostTo() != nil || n.fsys.stopPassed() {
 			n.giveUpLocked(err)
 		}
 		return syscall.EIO
@@ -100,7 +100,8 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	n.settleJournalLocked()
 	n.own.note(a.etag)
 	n.attr, n.attrAt = a, time.Now()
-	n.stored, n.dirty, n.mtimeSet, n.closedAsync = true, false, false, false
+	n.stored, n.mtimeSet = true, false
+	n.upload.settled()
 	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 	return 0
 }
@@ -125,7 +126,7 @@ func (n *fileNode) release(h *handle) {
 // drops the local content.
 func (n *fileNode) uploadLeftLocked() {
 	switch {
-	case n.dirty && n.err == nil && !n.unlinked:
+	case n.upload.pending() && n.upload.lostTo() == nil && !n.unlinked:
 		// With AsyncClose this is the upload close(2) did not wait for
 		// (the kernel sends RELEASE after close returns); otherwise the
 		// file was written through a mapping that outlived its
@@ -133,25 +134,24 @@ func (n *fileNode) uploadLeftLocked() {
 		// to hear of a failure: it is reported as a loss, unless a
 		// writer's close or fsync already returned it and nothing was
 		// written since.
-		closedAsync, told := n.closedAsync, n.failureTold
-		n.closedAsync = !told
+		closedAsync := n.upload.lastRelease()
 		ctx, cancel := n.fsys.backgroundUploadContext()
 		if n.syncLocked(ctx) != 0 {
 			if closedAsync {
-				n.asyncErr = n.uploadErr // the next close(2) or fsync hears too
+				n.upload.owe(n.upload.lastFailure()) // the next close(2) or fsync hears too
 			}
-			n.giveUpLocked(n.uploadErr) // unless syncLocked did, or it was told
+			n.giveUpLocked(n.upload.lastFailure()) // unless syncLocked did, or it was told
 		}
 		cancel()
-	case n.dirty && n.err != nil && n.closedAsync:
+	case n.upload.awaitsAsyncUpload() && n.upload.lostTo() != nil:
 		// A write through another handle failed after this content was
 		// closed asynchronously: that handle's writer heard, this one
 		// may not.
-		n.asyncErr = n.err
-		n.reportLost(n.err)
+		n.upload.owe(n.upload.lostTo())
+		n.reportLost(n.upload.lostTo())
 	}
 	n.dropLocal()
-	n.err = nil
+	n.upload.lastClosed()
 }
 
 // giveUpLocked takes content whose upload failed for good out of the
@@ -166,10 +166,9 @@ func (n *fileNode) giveUpLocked(err error) {
 }
 
 // reportLost tells, once, of content closed asynchronously that will not
-// reach S3 (see closedAsync).
+// reach S3 (see uploadState).
 func (n *fileNode) reportLost(err error) {
-	if n.closedAsync {
-		n.closedAsync = false
+	if n.upload.tellLoss() {
 		n.fsys.noteLostUpload(n.key(), err)
 	}
 }
