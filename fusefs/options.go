@@ -1,8 +1,3 @@
-// Package fusefs is objfuse's filesystem: an S3 bucket (or a prefix of one)
-// served through FUSE with go-fuse's fs package. Keys map to paths, common
-// prefixes and "dir/" marker objects to directories, and file attributes
-// live in object metadata under the names s3fs uses, so a bucket written
-// by either tool looks the same through both.
 package fusefs
 
 import (
