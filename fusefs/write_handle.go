@@ -106,7 +106,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		n := h.node
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if owed := n.upload.takeOwed(); owed != nil || n.upload.lostTo() != nil {
+		if n.upload.takeOwed() != nil || n.upload.lostTo() != nil {
 			return syscall.EIO
 		}
 		if n.upload.pending() && !n.unlinked {
@@ -114,9 +114,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 				if !errors.Is(err, errCloseWaits) {
 					n.fsys.opts.Logger.Warn("cannot journal a file closed asynchronously; the close waits for its upload", "key", n.key(), "err", err)
 				}
-				e := n.syncLocked(ctx)
-				n.upload.answered(e)
-				return e
+				return n.syncForWriterLocked(ctx)
 			}
 			n.upload.closedAsync()
 		}

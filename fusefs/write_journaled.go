@@ -256,8 +256,7 @@ func (f *FS) restoreFile(ctx context.Context, r journalRecord) (*fileNode, error
 		st.Close()
 		return nil, fmt.Errorf("key %q: %q is a directory", r.Key, name)
 	}
-	n := &fileNode{fsys: f, attr: a, attrAt: time.Now(), stored: r.Stored, staging: st, base: r.Base,
-		mtimeSet: true}
+	n := &fileNode{fsys: f, attr: a, attrAt: time.Now(), stored: r.Stored, staging: st, base: r.Base, mtimeSet: true}
 	n.upload.restored()
 	dir.AddChild(name, dir.adopt(ctx, n, syscall.S_IFREG), true)
 	return n, nil

@@ -23,6 +23,10 @@ func (n *fileNode) sync(ctx context.Context) syscall.Errno {
 func (n *fileNode) syncForWriter(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.syncForWriterLocked(ctx)
+}
+
+func (n *fileNode) syncForWriterLocked(ctx context.Context) syscall.Errno {
 	e := n.syncLocked(ctx)
 	n.upload.answered(e)
 	return e
