@@ -2,8 +2,9 @@
 # Builds objfuse's container images without Docker: static Go binaries (and
 # Debian's busybox-static for a shell) in a single-layer scratch image,
 # written as a docker-archive tar in _output/images/ and imported into
-# containerd's k8s.io namespace with `ctr images import` (ctr honours
-# CONTAINERD_ADDRESS; test/local/env.sh sets it for the local cluster).
+# containerd's k8s.io namespace with `ctr images import`: into every
+# containerd named in CONTAINERD_ADDRESSES (space-separated), else the one
+# at CONTAINERD_ADDRESS, else every node's of the local cluster (test/local).
 #
 #   deploy/image/build.sh [--no-import] [objfuse|sidecars|test|minio|pause|all]...
 #
@@ -84,10 +85,16 @@ EOF
   tar -C "$w" -cf "$OUT/$name.tar" manifest.json "$cfg.json" "$diff/layer.tar"
   rm -rf "$w"
   log "$ref: $OUT/$name.tar ($(du -h "$OUT/$name.tar" | cut -f1))"
-  if [ -n "$IMPORT" ]; then
-    ctr -n k8s.io images import "$OUT/$name.tar" >/dev/null
-    log "$ref imported into containerd ${CONTAINERD_ADDRESS:-(default socket)}"
-  fi
+  [ -z "$IMPORT" ] || import_archive "$OUT/$name.tar"
+}
+
+# import_archive TAR: imports an image archive into every containerd.
+import_archive() {
+  local a
+  for a in $CONTAINERD_ADDRESSES; do
+    ctr --address "$a" -n k8s.io images import "$1" >/dev/null
+    log "$(basename "$1" .tar):$TAG imported into containerd $a"
+  done
 }
 
 # fresh NAME FILE...: $OUT/NAME.tar exists and is newer than every FILE
@@ -101,10 +108,7 @@ fresh() {
 # import_only NAME: imports an up-to-date archive.
 import_only() {
   log "$1:$TAG is up to date: $OUT/$1.tar"
-  if [ -n "$IMPORT" ]; then
-    ctr -n k8s.io images import "$OUT/$1.tar" >/dev/null
-    log "$1:$TAG imported into containerd ${CONTAINERD_ADDRESS:-(default socket)}"
-  fi
+  [ -z "$IMPORT" ] || import_archive "$OUT/$1.tar"
 }
 
 build_objfuse() {
@@ -175,11 +179,15 @@ for a in "$@"; do
   esac
 done
 ((${#targets[@]})) || targets=(pause objfuse sidecars test minio)
-# The local cluster's containerd (test/local) unless told otherwise.
-LOCAL_SOCK=/var/lib/objfuse-cluster/containerd/containerd.sock
-[ -z "${CONTAINERD_ADDRESS:-}" ] && [ -S "$LOCAL_SOCK" ] && export CONTAINERD_ADDRESS=$LOCAL_SOCK
-if [ -n "$IMPORT" ] && ! ctr version >/dev/null 2>&1; then
-  log "containerd does not answer at ${CONTAINERD_ADDRESS:-/run/containerd/containerd.sock}: writing archives only (start test/local/up.sh to import)"
+# The local cluster's nodes (test/local) unless told otherwise.
+if [ -z "${CONTAINERD_ADDRESSES:-}" ]; then
+  CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESS:-$(ls /var/lib/objfuse-cluster/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ')}
+fi
+for a in $CONTAINERD_ADDRESSES; do
+  ctr --address "$a" version >/dev/null 2>&1 || { log "containerd does not answer at $a"; CONTAINERD_ADDRESSES=; }
+done
+if [ -n "$IMPORT" ] && [ -z "$CONTAINERD_ADDRESSES" ]; then
+  log "no containerd answers: writing archives only (start test/local/up.sh to import)"
   IMPORT=
 fi
 for t in "${targets[@]}"; do "build_$t"; done

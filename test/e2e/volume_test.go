@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -267,7 +268,7 @@ func TestBadParameter(t *testing.T) {
 // node plugin pod is deleted; the stream sees no error and the data is complete.
 func TestNodePluginRestartKeepsStreaming(t *testing.T) {
 	s := newSuite(t)
-	s.streamThrough(func() {
+	s.streamThrough(func(string) {
 		nodes, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=objfuse-node"})
 		if err != nil || len(nodes.Items) == 0 {
 			t.Fatalf("node plugin pods: %v", err)
@@ -387,21 +388,25 @@ func (s *suite) storageClassVariant(suffix string, edit func(*storagev1.StorageC
 // TestKubeletRestartKeepsStreaming: kubelet restarts (an upgrade, a
 // crash) while a pod streams writes; the mount lives in the mounter pod,
 // outside kubelet, so the stream goes on without an error and is complete.
-// E2E_RESTART_KUBELET is the command that restarts the node's kubelet
-// (default: the local cluster's script; on kind, a docker exec).
+// E2E_RESTART_KUBELET is the command that restarts a node's kubelet, given
+// the node's name in $E2E_NODE (default: the local cluster's script; on
+// kind, a docker exec).
 func TestKubeletRestartKeepsStreaming(t *testing.T) {
 	s := newSuite(t)
-	s.streamThrough(func() {
-		restart := env("E2E_RESTART_KUBELET", "../local/restart-kubelet.sh")
-		if out, err := exec.Command("sh", "-c", restart).CombinedOutput(); err != nil {
+	s.streamThrough(func(node string) {
+		restart := env("E2E_RESTART_KUBELET", `../local/node.sh restart-kubelet "$E2E_NODE"`)
+		cmd := exec.Command("sh", "-c", restart)
+		cmd.Env = append(os.Environ(), "E2E_NODE="+node)
+		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("restart kubelet (%s): %v\n%s", restart, err, out)
 		}
 	})
 }
 
-// streamThrough runs disrupt while a pod appends 40 lines to a file over
-// 10 s, then checks the pod saw no error and all 40 lines are in S3.
-func (s *suite) streamThrough(disrupt func()) {
+// streamThrough runs disrupt, given the pod's node, while a pod appends 40
+// lines to a file over 10 s, then checks the pod saw no error and all 40
+// lines are in S3.
+func (s *suite) streamThrough(disrupt func(node string)) {
 	t := s.t
 	t.Helper()
 	s.pvc("stream", scBucket, corev1.ReadWriteMany)
@@ -409,7 +414,11 @@ func (s *suite) streamThrough(disrupt func()) {
 	bucket, prefix := volume(pv)
 	s.pod("streamer", "stream", `set -e; i=0; while [ $i -lt 40 ]; do echo "line $i" >> /data/log.txt; i=$((i+1)); sleep 0.25; done; echo done`, podOpts{})
 	s.waitPod("streamer", corev1.PodRunning, 3*time.Minute)
-	disrupt()
+	p, err := s.kc.CoreV1().Pods(s.ns).Get(s.ctx(), "streamer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disrupt(p.Spec.NodeName)
 	if out := s.waitPod("streamer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
 		t.Fatalf("streamer: %q", out)
 	}

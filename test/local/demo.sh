@@ -2,7 +2,7 @@
 # make demo / make demo-down.
 #
 # demo: a cluster (kind when a Docker engine answers, otherwise the local
-# one-node cluster of test/local), objfuse's images, MinIO and objfuse from
+# cluster of test/local: one node unless OBJFUSE_NODES says more), objfuse's images, MinIO and objfuse from
 # the local overlay, then a PVC and a pod that writes files through the
 # mount and reads them back; prints the pod's log and the objects as MinIO
 # sees them, and leaves everything running to look around.
@@ -82,7 +82,7 @@ if [ "$MODE" = kind ]; then
   step "kind cluster and images (Docker answers)"
   test/kind/up.sh >/dev/null
 else
-  step "local one-node cluster (no Docker engine here)"
+  step "local cluster of $NODES node(s) (no Docker engine here)"
   test/local/up.sh >/dev/null
   step "images: build and import into containerd"
   deploy/image/build.sh all
@@ -102,10 +102,11 @@ s3 mb shared # the objfuse-minio-shared StorageClass's bucket
 rollout daemonset/objfuse-node 180
 rollout deployment/objfuse-controller 180
 deadline=$(($(date +%s) + 60))
-until k get csinode "$(k get nodes -o 'jsonpath={.items[0].metadata.name}')" \
-  -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null | grep -qw objfuse.csi.io; do
-  [ "$(date +%s)" -lt "$deadline" ] || { echo "objfuse.csi.io did not register with kubelet" >&2; exit 1; }
-  sleep 0.5
+for node in $(k get nodes -o name); do
+  until k get csinode "${node#node/}" -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null | grep -qw objfuse.csi.io; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "objfuse.csi.io did not register with ${node#node/}'s kubelet" >&2; exit 1; }
+    sleep 0.5
+  done
 done
 
 # --- the demo -----------------------------------------------------------------

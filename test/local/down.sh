@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Stops the cluster test/local/up.sh started and leaves the host as it was:
-# pods first (so kubelet unmounts their volumes and tears down their
-# network), then every component by its recorded PID, then the mounts,
-# cgroups, sysctls, iptables chains, routes, bridge and directories up.sh
-# or the components made. Safe to run twice, or after a failed up.sh.
+# pods first (so kubelet unmounts their volumes), then each node (with its
+# mounts and network namespace) and every control-plane component by its
+# recorded PID, then the cgroups, sysctls, routes, bridge and directories
+# up.sh or the components made. Safe to run twice, or after a failed up.sh.
 # Logs stay in _output/local/logs.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -40,10 +40,11 @@ poll() {
 }
 
 no_pods() { [ -z "$(kc get pods -A -o name 2>/dev/null)" ]; }
-no_tasks() { [ -z "$(ctr tasks ls -q 2>/dev/null)" ]; }
 
 # --- workloads: let kubelet stop them and unmount their volumes ---------
-if alive kube-apiserver && alive kubelet && alive containerd; then
+any_node=
+for ((n = 1; n <= NODES; n++)); do alive "$(node_name $n)" && any_node=1; done
+if alive kube-apiserver && [ -n "$any_node" ]; then
   # No new pods from controllers or the scheduler from now on.
   stop kube-controller-manager
   stop kube-scheduler
@@ -51,68 +52,26 @@ if alive kube-apiserver && alive kubelet && alive containerd; then
     log "deleting all pods"
     kc delete pods -A --all --grace-period=10 --wait=false >/dev/null 2>&1
     if ! poll 60 no_pods; then
-      log "pods still terminating after 60s; forcing"
+      log "pods still terminating after 60s; the nodes' own stop ends them"
       kc get pods -A -o wide >&2
-      kc delete pods -A --all --force --grace-period=0 >/dev/null 2>&1
     fi
-    poll 30 no_tasks || log "containers still running after pods were deleted"
   fi
 fi
 stop kube-controller-manager
 stop kube-scheduler
-stop kubelet 20
-
-# --- containers kubelet did not stop ------------------------------------
-if alive containerd; then
-  for t in $(ctr tasks ls -q 2>/dev/null); do
-    ctr tasks kill -s SIGKILL "$t" >/dev/null 2>&1
-  done
-  poll 15 no_tasks || log "tasks survive SIGKILL: $(ctr tasks ls -q | tr '\n' ' ')"
-  for t in $(ctr tasks ls -q 2>/dev/null); do ctr tasks delete -f "$t" >/dev/null 2>&1; done
-  for c in $(ctr containers ls -q 2>/dev/null); do ctr containers delete "$c" >/dev/null 2>&1; done
-fi
-stop containerd 20
-# containerd-shim processes of this containerd (they name its socket).
-for d in /proc/[0-9]*; do
-  if { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK "; then
-    log "killing leftover shim ${d#/proc/}"
-    kill -KILL "${d#/proc/}" 2>/dev/null
-  fi
-done
+# Each node: kubelet, containerd, then every process left on it; its
+# mounts and network namespace go with it.
+for ((n = 1; n <= NODES; n++)); do "$LOCAL_DIR/node.sh" stop $n; done
 stop kube-apiserver
 stop etcd
 
-# --- mounts -------------------------------------------------------------------
-# Pod network namespaces (containerd pins them under /run/netns).
-if [ -d /run/netns ]; then
-  for ns in /run/netns/cni-*; do
-    [ -e "$ns" ] || continue
-    grep -qx "${ns##*/}" "$SAVED/netns" 2>/dev/null && continue
-    umount "$ns" 2>/dev/null || umount -l "$ns" 2>/dev/null
-    rm -f "$ns"
+# --- cgroups of the nodes' pods (kubelet's cgroupRoot) ----------------------
+for ((n = 1; n <= NODES; n++)); do
+  for cg in /sys/fs/cgroup/*/"$(node_name $n)"; do
+    [ -d "$cg" ] || continue
+    find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
+    [ -d "$cg" ] && log "cgroup $cg still has processes"
   done
-fi
-# Everything below the state and cluster dirs (pod volumes, FUSE mounts,
-# rootfs overlays), deepest first, then the shared bind mounts themselves.
-umount_under() {
-  local m
-  mounts_under "$1" | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "cannot unmount $m"
-  done
-}
-# created_by_us PATH: PATH did not exist before up.sh (which saved the list).
-created_by_us() { [ -f "$SAVED/paths" ] && ! grep -qx "$1" "$SAVED/paths"; }
-for d in $(cat "$SAVED/mounts" 2>/dev/null) /var/lib/kubelet "$CLUSTER_DIR"; do
-  if [ "$d" = "$CLUSTER_DIR" ] || grep -qx "$d" "$SAVED/mounts" 2>/dev/null || created_by_us "$d"; then
-    [ -d "$d" ] && umount_under "$d"
-  fi
-done
-
-# --- cgroups kubelet made (cgroupfs driver) ---------------------------------
-for cg in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-  [ -d "$cg" ] && [ -f "$SAVED/paths" ] || continue
-  find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
-  [ -d "$cg" ] && log "cgroup $cg still has processes"
 done
 
 if [ -d "$SAVED" ]; then
@@ -139,9 +98,12 @@ fi
 
 # --- network ----------------------------------------------------------------
 ip route del blackhole "$SERVICE_CIDR" 2>/dev/null
-ip link del "$BRIDGE" 2>/dev/null
+for ((n = 1; n <= NODES; n++)); do ip link del "ofn$n" 2>/dev/null; done
+ip link del "$NODE_BRIDGE" 2>/dev/null
 
 # --- directories ------------------------------------------------------------
+# created_by_us PATH: PATH did not exist before up.sh (which saved the list).
+created_by_us() { [ -f "$SAVED/paths" ] && ! grep -qx "$1" "$SAVED/paths"; }
 left=$( { mounts_under "$CLUSTER_DIR"; mounts_under "$OBJFUSE_STATE_DIR"; } 2>/dev/null)
 if [ -n "$left" ]; then
   log "not removing $CLUSTER_DIR: still mounted: $left"

@@ -1,47 +1,71 @@
-# Shared settings of test/local/up.sh and down.sh (sourced, not run).
-# Every path and address of the local one-node cluster is here.
+# Shared settings of the local cluster's scripts (sourced, not run).
+# Every path and address of the local cluster is here.
+#
+# The control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler) runs as host processes. Each node is its own set of
+# namespaces on this machine (test/local/node.sh): its own PID, mount, UTS
+# and network namespace, its own containerd and kubelet, and the standard
+# paths (/var/lib/kubelet, /var/log/pods, /run/containerd, ...) bound to
+# that node's own directory, so that what runs on a node sees it as a
+# machine of its own.
 
 LOCAL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$LOCAL_DIR/../.." && pwd)
 
 KUBE_VERSION=v1.33.13
-# The cluster's own directory: bind-mounted onto itself and made rshared so
-# mounts made in pods (CSI staging, FUSE) propagate. kubelet's root dir and
-# containerd's root and state live inside it. deploy/kustomize/local names
-# the kubelet dir, so it is fixed.
+# The cluster's own directory: PKI, kubeconfigs, etcd, and a directory per
+# node (nodes/N) holding what that node keeps on its disk.
 CLUSTER_DIR=${OBJFUSE_CLUSTER_DIR:-/var/lib/objfuse-cluster}
-KUBELET_DIR=$CLUSTER_DIR/kubelet
 PKI=$CLUSTER_DIR/pki
 PIDS=$CLUSTER_DIR/pids
 SAVED=$CLUSTER_DIR/saved
-CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
 KUBECONFIG_FILE=$CLUSTER_DIR/admin.kubeconfig
-# The driver's state dir (hostPath in the node plugin and mounter pods):
-# also made a shared mount, as Bidirectional propagation requires.
+# How many nodes up.sh starts (up.sh N overrides; the number started is
+# kept in $CLUSTER_DIR/nodes/count for the other scripts).
+NODES=${OBJFUSE_NODES:-$(cat "$CLUSTER_DIR/nodes/count" 2>/dev/null || echo 1)}
+# Inside a node, kubelet's root dir and the driver's state dir (hostPath in
+# the node plugin and mounter pods) are at their standard places.
+KUBELET_DIR=/var/lib/kubelet
 OBJFUSE_STATE_DIR=/var/lib/objfuse
 # Binaries and logs outlive the cluster (gitignored).
 BIN_DIR=${OBJFUSE_LOCAL_BIN:-$REPO_ROOT/_output/local/bin}
 LOG_DIR=${OBJFUSE_LOCAL_LOGS:-$REPO_ROOT/_output/local/logs}
 
-APISERVER=https://127.0.0.1:6443
+# The nodes' network: a host bridge, the host at HOST_IP on it, node N at
+# NODE_NET.(10+N). Pod CIDR of node N: 10.244.N.0/24, routed by the nodes
+# to each other (no overlay, no NAT, nothing leaves this machine). The
+# API server listens on the host's address there, where every node and
+# hostNetwork pod reaches it (deploy/kustomize/local says so too).
+NODE_NET=10.243.0
+HOST_IP=$NODE_NET.1
+NODE_BRIDGE=objfuse-nodes
+APISERVER=https://$HOST_IP:6443
 ETCD_CLIENT=http://127.0.0.1:2379
 ETCD_PEER=http://127.0.0.1:2380
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
-POD_CIDR=10.244.0.0/24
-BRIDGE=objfuse0
-# Pods on the bridge reach host processes (and hostNetwork pods) here.
-BRIDGE_IP=10.244.0.1
-NODE_NAME=${OBJFUSE_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}
+CLUSTER_CIDR=10.244.0.0/16
 PAUSE_IMAGE=objfuse-pause:v0.1.0-dev
+
+# Node N's name, address, pod CIDR, directory and containerd socket.
+node_name() { echo "objfuse-node-$1"; }
+node_ip() { echo "$NODE_NET.$((10 + $1))"; }
+node_pod_cidr() { echo "10.244.$1.0/24"; }
+node_dir() { echo "$CLUSTER_DIR/nodes/$1"; }
+node_containerd_sock() { echo "$(node_dir "$1")/run/containerd/containerd.sock"; }
+# The node's standard paths and where each is bound from under its node_dir.
+NODE_PATHS="/var/lib/kubelet:kubelet /var/lib/objfuse:objfuse /var/log/pods:log/pods /var/log/containers:log/containers /var/lib/cni:cni /run/containerd:run/containerd /run/netns:run/netns"
+
+# The local MinIO (deploy/kustomize/local/minio.yaml: on node 1's network),
+# for test/local/s3 and the e2e suite.
+export S3_ENDPOINT=http://$NODE_NET.11:9000
 
 # Host sysctls kubelet sets; down.sh puts the saved values back.
 KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
-# Host paths the components use whatever their flags say; down.sh removes
-# the ones that did not exist before up.sh.
-FIXED_PATHS="/var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /run/netns /var/lib/cni $OBJFUSE_STATE_DIR"
+# Host directories made as mount points for NODE_PATHS; down.sh removes the
+# ones that did not exist before up.sh.
+FIXED_PATHS=$(for p in $NODE_PATHS; do printf '%s ' "${p%%:*}"; done)
 
-export CONTAINERD_ADDRESS=$CONTAINERD_SOCK
 export CONTAINERD_NAMESPACE=k8s.io
 
 log() { printf '%s local-cluster: %s\n' "$(date +%T)" "$*" >&2; }

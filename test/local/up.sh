@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Starts a real one-node Kubernetes on this machine without Docker: etcd,
-# kube-apiserver (127.0.0.1:6443), kube-controller-manager, kube-scheduler,
-# containerd and kubelet as plain host processes, a CNI bridge with no
-# gateway and no masquerade, no kube-proxy and no DNS. Kubernetes is built
-# from the Go module proxy through the wrapper module in test/local/kube.
-# Every PID is recorded; test/local/down.sh stops them and puts the host
-# back as it was. Needs root. Idempotent: a running cluster is left alone.
+# Starts a real Kubernetes of N nodes (default 1) on this machine without
+# Docker: etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+# as host processes; each node its own namespaces with its own containerd
+# and kubelet (test/local/node.sh); routed pod networks, no overlay, no
+# kube-proxy and no DNS. Kubernetes is built from the Go module proxy
+# through the wrapper module in test/local/kube. Every PID is recorded;
+# test/local/down.sh stops them and puts the host back as it was. Needs
+# root. Idempotent: a running cluster of the same size is left alone.
 #
-#   test/local/up.sh && export KUBECONFIG=/var/lib/objfuse-cluster/admin.kubeconfig
+#   test/local/up.sh [N] && export KUBECONFIG=/var/lib/objfuse-cluster/admin.kubeconfig
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root"
 T0=$(date +%s)
+if [ $# -ge 1 ]; then NODES=$1; fi
+[[ "$NODES" =~ ^[1-9]$ ]] || die "the node count must be 1 to 9, not '$NODES'"
+if [ -f "$CLUSTER_DIR/nodes/count" ] && [ "$(cat "$CLUSTER_DIR/nodes/count")" != "$NODES" ]; then
+  die "a cluster of $(cat "$CLUSTER_DIR/nodes/count") nodes exists; stop it first (test/local/down.sh)"
+fi
 
 # wait_for DESC SECONDS PROCESS CMD...: polls CMD until it succeeds, failing
 # at the deadline or as soon as the recorded PROCESS ("-" for none) exits.
@@ -76,14 +82,15 @@ if [ -n "$missing" ] || [ "$(cat "$BIN_DIR/.version" 2>/dev/null)" != "$KUBE_VER
 fi
 
 # --- already running? -----------------------------------------------------
-node_ready() {
-  [ "$(kc get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+nodes_ready() {
+  [ "$(kc get nodes -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -cx True)" = "$NODES" ]
 }
 all_alive=1
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
   alive "$c" || all_alive=
 done
-if [ -n "$all_alive" ] && node_ready; then
+for ((n = 1; n <= NODES; n++)); do alive "$(node_name $n)" || all_alive=; done
+if [ -n "$all_alive" ] && nodes_ready; then
   log "already running"
   echo "export KUBECONFIG=$KUBECONFIG_FILE"
   exit 0
@@ -100,25 +107,11 @@ if [ ! -d "$SAVED" ]; then
       $ipt -t $t -S 2>/dev/null | awk -v t=$t -v i=$ipt '$1 == "-N" { print i, t, $2 }'
     done
   done >"$SAVED/chains"
-  ls /run/netns 2>/dev/null >"$SAVED/netns" || true
 fi
-
-# --- the cluster directory: a shared mount -------------------------------
-make_shared() {
-  mkdir -p "$1"
-  if ! mountpoint -q "$1"; then
-    mount --bind "$1" "$1"
-    echo "$1" >>"$SAVED/mounts"
-  fi
-  mount --make-rshared "$1"
-}
-make_shared "$CLUSTER_DIR"
-make_shared "$OBJFUSE_STATE_DIR"
-mkdir -p "$PKI" "$KUBELET_DIR" "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni/net.d"
-
-# --- certificates and kubeconfigs ---------------------------------------
-NODE_IP=${OBJFUSE_NODE_IP:-$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "src") { print $(i+1); exit } }')}
-NODE_IP=${NODE_IP:-127.0.0.1}
+mkdir -p "$PKI" "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/nodes"
+echo "$NODES" >"$CLUSTER_DIR/nodes/count"
+# Mount points for the nodes' own directories (node-init.sh binds them).
+for p in $FIXED_PATHS; do mkdir -p "$p"; done
 
 newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
 # cert NAME SUBJECT EXTENDED-KEY-USAGE [SANS]
@@ -145,12 +138,14 @@ if [ ! -s "$PKI/ca.crt" ]; then
 fi
 [ -s "$PKI/sa.key" ] || { newkey "$PKI/sa.key" && openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null; }
 cert apiserver "/CN=kube-apiserver" serverAuth \
-  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$NODE_NAME,IP:127.0.0.1,IP:$SERVICE_IP,IP:$NODE_IP"
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$SERVICE_IP,IP:$HOST_IP"
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
 cert admin "/O=system:masters/CN=objfuse-local-admin" clientAuth
 cert controller-manager "/CN=system:kube-controller-manager" clientAuth
 cert scheduler "/CN=system:kube-scheduler" clientAuth
-cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+for ((n = 1; n <= NODES; n++)); do
+  cert "$(node_name $n)" "/O=system:nodes/CN=system:node:$(node_name $n)" clientAuth
+done
 
 kubeconfig() { # NAME CERT -> $CLUSTER_DIR/NAME.kubeconfig
   cat >"$CLUSTER_DIR/$1.kubeconfig" <<EOF
@@ -172,37 +167,17 @@ EOF
 kubeconfig admin admin
 kubeconfig controller-manager controller-manager
 kubeconfig scheduler scheduler
-kubeconfig kubelet kubelet
+for ((n = 1; n <= NODES; n++)); do kubeconfig "$(node_name $n)" "$(node_name $n)"; done
 
-# --- network: a bridge the pods share with the host, nothing routed ----
-if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-  ip link add "$BRIDGE" type bridge
-  ip addr add "$BRIDGE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+# --- network: the nodes' bridge, the host on it ---------------------------
+if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+  ip link add "$NODE_BRIDGE" type bridge
+  ip addr add "$HOST_IP/24" dev "$NODE_BRIDGE"
 fi
-ip link set "$BRIDGE" up
+ip link set "$NODE_BRIDGE" up
 # Without kube-proxy, Service IPs lead nowhere: fail fast rather than
 # leaking to the default route.
 ip route show type blackhole | grep -q "^blackhole $SERVICE_CIDR" || ip route add blackhole "$SERVICE_CIDR"
-cat >"$CLUSTER_DIR/cni/net.d/10-objfuse.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "objfuse-local",
-  "plugins": [{
-    "type": "bridge",
-    "bridge": "$BRIDGE",
-    "isGateway": false,
-    "isDefaultGateway": false,
-    "ipMasq": false,
-    "hairpinMode": true,
-    "ipam": {
-      "type": "host-local",
-      "ranges": [[{"subnet": "$POD_CIDR", "rangeStart": "${POD_CIDR%.*}.10"}]],
-      "dataDir": "$CLUSTER_DIR/cni/networks"
-    }
-  }]
-}
-EOF
-
 # --- etcd -------------------------------------------------------------------
 start etcd "$(command -v etcd)" --name objfuse-local --data-dir "$CLUSTER_DIR/etcd" \
   --listen-client-urls "$ETCD_CLIENT" --advertise-client-urls "$ETCD_CLIENT" \
@@ -212,7 +187,7 @@ wait_for "etcd" 60 etcd curl -sf "$ETCD_CLIENT/health"
 
 # --- control plane ----------------------------------------------------------
 start kube-apiserver "$BIN_DIR/kube-apiserver" \
-  --etcd-servers="$ETCD_CLIENT" --bind-address=127.0.0.1 --secure-port=6443 --advertise-address="$NODE_IP" \
+  --etcd-servers="$ETCD_CLIENT" --bind-address="$HOST_IP" --secure-port=6443 --advertise-address="$HOST_IP" \
   --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
   --client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -238,72 +213,30 @@ start kube-scheduler "$BIN_DIR/kube-scheduler" \
   --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false --profiling=false --v=1
 
-# --- containerd -----------------------------------------------------------
-cat >"$CLUSTER_DIR/containerd/config.toml" <<EOF
-version = 2
-root = "$CLUSTER_DIR/containerd/root"
-state = "$CLUSTER_DIR/containerd/state"
-oom_score = 0
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-[grpc]
-  address = "$CONTAINERD_SOCK"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$CLUSTER_DIR/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$PAUSE_IMAGE"
-  # This VM lacks CAP_SYS_RESOURCE: without this every sandbox fails with
-  # "can't get final child's PID from pipe".
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$CLUSTER_DIR/cni/net.d"
-EOF
-start containerd "$(command -v containerd)" --config "$CLUSTER_DIR/containerd/config.toml"
-wait_for "containerd" 60 containerd ctr version
-if ! ctr images ls -q | grep -qx "docker.io/library/$PAUSE_IMAGE"; then
-  "$REPO_ROOT/deploy/image/build.sh" pause >&2 || die "building the pause image failed"
-fi
-
-# --- kubelet --------------------------------------------------------------
-cat >"$CLUSTER_DIR/kubelet-config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: cgroupfs
-failSwapOn: false
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
-address: $NODE_IP
-readOnlyPort: 0
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $PKI/ca.crt}
-authorization:
-  mode: Webhook
-clusterDomain: cluster.local
-# Images are imported, never pulled: never collect them.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: 50Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-makeIPTablesUtilChains: false
-serializeImagePulls: false
-EOF
-start kubelet "$BIN_DIR/kubelet" --config="$CLUSTER_DIR/kubelet-config.yaml" \
-  --kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --root-dir="$KUBELET_DIR" \
-  --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
-wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
+# --- nodes ------------------------------------------------------------------
+# Each node's pods in a cgroup subtree of their own (kubelet's cgroupRoot).
+for ((n = 1; n <= NODES; n++)); do
+  for h in /sys/fs/cgroup/*/; do
+    mountpoint -q "$h" || continue
+    d=$h$(node_name $n)
+    mkdir -p "$d"
+    for f in cpuset.cpus cpuset.mems; do
+      [ -f "$h$f" ] && [ -z "$(cat "$d/$f")" ] && cat "$h$f" >"$d/$f"
+    done
+  done
+done
+for ((n = 1; n <= NODES; n++)); do OBJFUSE_NO_WAIT=1 "$LOCAL_DIR/node.sh" start $n; done
+# The pause image, in every node's containerd.
+for ((n = 1; n <= NODES; n++)); do
+  sock=$(node_containerd_sock $n)
+  wait_for "$(node_name $n)'s containerd" 60 - ctr --address "$sock" version
+  if ! ctr --address "$sock" images ls -q | grep -qx "docker.io/library/$PAUSE_IMAGE"; then
+    CONTAINERD_ADDRESS=$sock "$REPO_ROOT/deploy/image/build.sh" pause >&2 || die "building the pause image failed"
+  fi
+done
+wait_for "$NODES nodes Ready" 120 - nodes_ready
 # Pods need their ServiceAccount (made by the controller manager).
 wait_for "the default ServiceAccount" 60 kube-controller-manager kc get serviceaccount default
 
-log "node $NODE_NAME Ready after $(($(date +%s) - T0))s (logs: $LOG_DIR, stop: test/local/down.sh)"
+log "$NODES node(s) Ready after $(($(date +%s) - T0))s (logs: $LOG_DIR, stop: test/local/down.sh)"
 echo "export KUBECONFIG=$KUBECONFIG_FILE"
