@@ -51,6 +51,10 @@ var (
 	s3Endpoint   = env("E2E_S3_ENDPOINT", "http://127.0.0.1:9000")
 	s3AccessKey  = env("E2E_S3_ACCESS_KEY", "minioadmin")
 	s3SecretKey  = env("E2E_S3_SECRET_KEY", "minioadmin")
+	// hostAddr is where a server a test starts on its own host listens, as
+	// the nodes and pods reach it: the host's address on the nodes' network
+	// in the local cluster, the Docker network's gateway on kind.
+	hostAddr = env("E2E_HOST_ADDR", "127.0.0.1")
 )
 
 type suite struct {
@@ -179,6 +183,8 @@ type podOpts struct {
 	runAsUser   *int64
 	fsGroup     *int64
 	propagation *corev1.MountPropagationMode
+	// nodeSelector places the pod (see onNode).
+	nodeSelector map[string]string
 }
 
 // pod runs script in the test image with the PVC mounted at /data.
@@ -188,6 +194,7 @@ func (s *suite) pod(name, pvcName, script string, o podOpts) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
+			NodeSelector:  o.nodeSelector,
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsUser: o.runAsUser,
 				FSGroup:   o.fsGroup,
@@ -242,7 +249,22 @@ func (s *suite) logs(name string) string {
 	return string(b)
 }
 
-// object reads an object through the S3 API and returns its SHA-256.
+// objectText reads an object through the S3 API.
+func (s *suite) objectText(bucket, key string) string {
+	s.t.Helper()
+	o, err := s.s3.GetObject(s.ctx(), bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer o.Close()
+	b, err := io.ReadAll(o)
+	if err != nil {
+		s.t.Fatalf("read s3://%s/%s: %v", bucket, key, err)
+	}
+	return string(b)
+}
+
+// objectSum reads an object through the S3 API and returns its SHA-256.
 func (s *suite) objectSum(bucket, key string) string {
 	s.t.Helper()
 	o, err := s.s3.GetObject(s.ctx(), bucket, key, minio.GetObjectOptions{})

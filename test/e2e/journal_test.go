@@ -28,7 +28,7 @@ import (
 func TestDeletedMounterNamesTheFilesItLost(t *testing.T) {
 	s := newSuite(t)
 	var holding atomic.Bool
-	front := miniotest.HoldingFrontOf(t, s3Endpoint, func(r *http.Request) bool {
+	front := miniotest.HoldingFrontOf(t, hostAddr, s3Endpoint, func(r *http.Request) bool {
 		// Object uploads: PUT or POST (multipart) to a bucket and key.
 		upload := r.Method == http.MethodPut || r.Method == http.MethodPost
 		return holding.Load() && upload && strings.Contains(strings.Trim(r.URL.Path, "/"), "/")

@@ -18,11 +18,6 @@ import (
 	"github.com/objfuse/objfuse/test/miniotest"
 )
 
-// hostAddr is where a server the test starts on its own host listens, as
-// the controller and mounter pods (on the host network in the local
-// cluster) reach it. On kind, the Docker network's gateway address.
-var hostAddr = env("E2E_HOST_ADDR", "127.0.0.1")
-
 // TestHTTPSEndpointWithPrivateCA: an S3 endpoint serving HTTPS with a
 // certificate from a private CA (an in-cluster MinIO with cert-manager's
 // certificates, say). With the CA in the credentials Secret (key

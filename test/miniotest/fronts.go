@@ -3,6 +3,7 @@ package miniotest
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -47,6 +48,12 @@ func (s *Server) front(t testing.TB, configure func(*httputil.ReverseProxy)) s3s
 // frontOf starts a reverse proxy to endpoint, set up by configure, for
 // the test's duration, and returns its URL.
 func frontOf(t testing.TB, endpoint string, configure func(*httputil.ReverseProxy)) string {
+	return frontOn(t, "", endpoint, configure)
+}
+
+// frontOn is frontOf listening on host ("" for loopback): an address the
+// pods of a cluster reach, in e2e tests.
+func frontOn(t testing.TB, host, endpoint string, configure func(*httputil.ReverseProxy)) string {
 	t.Helper()
 	target, err := url.Parse(endpoint)
 	if err != nil {
@@ -54,7 +61,16 @@ func frontOf(t testing.TB, endpoint string, configure func(*httputil.ReverseProx
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	configure(proxy)
-	front := httptest.NewServer(proxy)
+	front := httptest.NewUnstartedServer(proxy)
+	if host != "" {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		front.Listener.Close()
+		front.Listener = l
+	}
+	front.Start()
 	t.Cleanup(front.Close)
 	return front.URL
 }
@@ -115,18 +131,19 @@ type HoldingFront struct {
 // requests hold picks.
 func (s *Server) HoldingFront(t testing.TB, hold func(*http.Request) bool) *HoldingFront {
 	t.Helper()
-	f := HoldingFrontOf(t, s.Endpoint, hold)
+	f := HoldingFrontOf(t, "", s.Endpoint, hold)
 	f.Config = s.Config()
 	f.Config.Endpoint = f.URL
 	return f
 }
 
 // HoldingFrontOf is HoldingFront for a server the test did not start (a
-// cluster's), known by its endpoint only: Config is left empty.
-func HoldingFrontOf(t testing.TB, endpoint string, hold func(*http.Request) bool) *HoldingFront {
+// cluster's), known by its endpoint only: Config is left empty. It
+// listens on host ("" for loopback), where the cluster's pods reach it.
+func HoldingFrontOf(t testing.TB, host, endpoint string, hold func(*http.Request) bool) *HoldingFront {
 	t.Helper()
 	f := &HoldingFront{released: make(chan struct{})}
-	f.URL = frontOf(t, endpoint, func(proxy *httputil.ReverseProxy) {
+	f.URL = frontOn(t, host, endpoint, func(proxy *httputil.ReverseProxy) {
 		direct := proxy.Director
 		proxy.Director = func(r *http.Request) {
 			if hold(r) {
