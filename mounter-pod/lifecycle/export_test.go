@@ -39,3 +39,6 @@ func Locked(k *Kube, m spec.Mounter) bool {
 	}
 	return true
 }
+
+// AttachmentName is the name Kubernetes gives a CSI volume's attachment.
+func AttachmentName(handle, driver, node string) string { return attachmentName(handle, driver, node) }

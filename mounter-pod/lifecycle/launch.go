@@ -34,6 +34,9 @@ func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	if err != nil {
 		return "", err
 	}
+	if want.OwnerReferences, err = k.attachmentOwner(ctx, m, node.Name); err != nil {
+		return "", err
+	}
 	pod, err := k.ensurePod(ctx, want)
 	if err != nil {
 		return "", err
@@ -68,7 +71,7 @@ func (k *Kube) ensurePod(ctx context.Context, want *corev1.Pod) (*corev1.Pod, er
 			if pod.Annotations[spec.AnnotationReadOnly] != want.Annotations[spec.AnnotationReadOnly] {
 				return nil, fmt.Errorf("%w: mounter pod %s has read-only=%s", ErrIncompatible, pod.Name, pod.Annotations[spec.AnnotationReadOnly])
 			}
-			return pod, nil
+			return k.adoptOwner(ctx, pod, want.OwnerReferences)
 		}
 		if err := k.deleteAndWait(ctx, pod.Name); err != nil {
 			return nil, err
