@@ -254,9 +254,10 @@ func TestStatefulSetAcrossNodes(t *testing.T) {
 	pv := s.boundPV("shared")
 	sel := map[string]string{"app": "replicas"}
 	// Each replica writes its file, waits (bounded) until it sees all
-	// three, prints them, and idles.
+	// three written (a file another replica is creating can be seen empty
+	// first, as on any filesystem), prints them, and idles.
 	script := `set -e; echo "written by $(hostname)" > /data/$(hostname).txt
-n=0; until [ "$(ls /data | grep -c '\.txt$')" -ge 3 ]; do n=$((n+1)); [ $n -lt 300 ] || { echo "saw only: $(ls /data)"; exit 1; }; sleep 0.2; done
+n=0; until [ "$(cat /data/*.txt | grep -c '^written by')" -ge 3 ]; do n=$((n+1)); [ $n -lt 300 ] || { echo "saw only: $(ls /data)"; exit 1; }; sleep 0.2; done
 for f in /data/*.txt; do echo "$f: $(cat $f)"; done; echo read-all; sleep 3600`
 	ss := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "replicas"},

@@ -10,6 +10,8 @@ source test/local/env.sh
 trap 'test/local/demo.sh down >/dev/null 2>&1 || true' EXIT
 test/local/demo.sh
 export KUBECONFIG=$KUBECONFIG_FILE
+# The demo's pod has no controller: kubectl drain would refuse its node.
+kc delete namespace objfuse-demo --timeout=120s
 # Where the suite finds MinIO, and where servers it starts on this host
 # are reached from the nodes.
 export E2E_S3_ENDPOINT=$S3_ENDPOINT E2E_HOST_ADDR=$HOST_IP
