@@ -477,9 +477,12 @@ func TestDrainMovesTheWorkload(t *testing.T) {
 	}
 	sum := s.awaitLog(first.Name, "wrote ")
 	t.Cleanup(func() { s.nodeCommand("UNCORDON", `"${E2E_KUBECTL:-kubectl}" uncordon "$E2E_NODE"`, drained) })
+	start := time.Now()
 	s.nodeCommand("DRAIN", `"${E2E_KUBECTL:-kubectl}" drain "$E2E_NODE" --ignore-daemonsets --delete-emptydir-data --timeout=3m`, drained)
+	t.Logf("kubectl drain %s took %v", drained, time.Since(start).Round(time.Second))
 
 	moved := s.runningPodOf("app", 3*time.Minute, first.Name)
+	t.Logf("the workload ran again on %s %v after the drain began", moved.Spec.NodeName, time.Since(start).Round(time.Second))
 	if moved.Spec.NodeName == drained {
 		t.Fatalf("the workload came back on the drained node %s", drained)
 	}
@@ -513,6 +516,7 @@ func TestNodeLossMovesTheWorkload(t *testing.T) {
 	sum := s.awaitLog(first.Name, "wrote ")
 	s.expectVolumeOn(pv, lost)
 
+	start := time.Now()
 	s.nodeCommand("STOP_NODE", `../local/node.sh kill "$E2E_NODE"`, lost)
 	restarted := false
 	t.Cleanup(func() {
@@ -521,11 +525,14 @@ func TestNodeLossMovesTheWorkload(t *testing.T) {
 		}
 	})
 	moved := s.runningPodOf("app", 4*time.Minute, first.Name)
+	t.Logf("the workload ran again on %s %v after %s was lost", moved.Spec.NodeName, time.Since(start).Round(time.Second), lost)
 	if got := s.awaitLog(moved.Name, "found "); got != sum {
 		t.Fatalf("on %s the workload found %q, wrote %q on %s", moved.Spec.NodeName, got, sum, lost)
 	}
 	s.nodeCommand("START_NODE", `../local/node.sh start "$E2E_NODE"`, lost)
 	restarted = true
+	back := time.Now()
 	s.expectNothingLeftOn(lost, pv)
+	t.Logf("%s was clean %v after it came back", lost, time.Since(back).Round(time.Second))
 	s.expectVolumeOn(pv, moved.Spec.NodeName)
 }
