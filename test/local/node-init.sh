@@ -26,6 +26,11 @@ ilog() { printf '%s %s: %s\n' "$(date +%T)" "$NAME" "$*"; }
 hostname "$NAME"
 
 # --- mounts -------------------------------------------------------------------
+# The namespace began as a copy of the host's mounts: drop the copies of
+# FUSE mounts, whose connections the copy would otherwise keep open (a
+# test on the host unmounting its own would wait for them forever).
+awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i+1) ~ /^fuse/) print $5; break } }' /proc/self/mountinfo |
+  sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 mount --bind "$ND" "$ND"
 mount --make-rshared "$ND"
 for p in $NODE_PATHS; do
