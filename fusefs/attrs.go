@@ -39,7 +39,7 @@ type attrs struct {
 func (f *FS) attrsOf(o store.Object, kind uint32) attrs {
 	a := attrs{size: o.Size, mtime: o.LastModified, etag: o.ETag, uid: f.opts.UID, gid: f.opts.GID}
 	if kind == syscall.S_IFDIR {
-		a.mode = syscall.S_IFDIR | uint32(f.opts.DirMode)
+		a.mode = syscall.S_IFDIR | uint32(f.opts.DirMode) | f.dirSetgid
 		a.size = 0
 	} else {
 		a.mode = syscall.S_IFREG | uint32(f.opts.FileMode)

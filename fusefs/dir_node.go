@@ -322,12 +322,24 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	return ch, 0
 }
 
-// newAttrs are the attributes of a node the caller creates now.
+// newAttrs are the attributes of a node the caller creates now: the
+// caller's owner, except that in a set-group-ID directory the node takes
+// the directory's group, and a directory made there is set-group-ID too
+// (POSIX, as local filesystems do; the kernel leaves it to a FUSE server).
 func (n *dirNode) newAttrs(ctx context.Context, mode uint32) attrs {
 	a := attrs{mode: mode, uid: n.fsys.opts.UID, gid: n.fsys.opts.GID, mtime: time.Now()}
 	// FromContext, not a type assertion: ctx may be wrapped (uninterruptible).
 	if c, ok := fuse.FromContext(ctx); ok {
 		a.uid, a.gid = c.Uid, c.Gid
+	}
+	n.mu.Lock()
+	parent := n.attr
+	n.mu.Unlock()
+	if parent.mode&syscall.S_ISGID != 0 {
+		a.gid = parent.gid
+		if mode&syscall.S_IFMT == syscall.S_IFDIR {
+			a.mode |= syscall.S_ISGID
+		}
 	}
 	return a
 }

@@ -27,6 +27,9 @@ type FS struct {
 	opts      Options
 	mountTime time.Time
 	root      *dirNode
+	// dirSetgid is S_ISGID when directories without mode metadata are
+	// set-group-ID (SetMountGroup), else 0.
+	dirSetgid uint32
 
 	// gate keeps directory renames and changes under them apart.
 	gate *keyGate
@@ -415,12 +418,16 @@ func parentKey(key string) string {
 
 // SetMountGroup makes gid (a pod's fsGroup, known only when the node
 // stages the volume) the group of files without owner metadata, with group
-// read-write permissions, so that a non-root pod in that group can write.
+// read-write permissions, so that a non-root pod in that group can write,
+// and makes directories without mode metadata set-group-ID, as kubelet
+// makes a volume's directories for an fsGroup: what any process of the
+// pod creates in them belongs to the group too (see newAttrs).
 // Call it before Mount.
 func (f *FS) SetMountGroup(gid uint32) {
 	f.opts.GID = gid
 	f.opts.FileMode |= 0o060
 	f.opts.DirMode |= 0o070
+	f.dirSetgid = syscall.S_ISGID
 	f.root.attr.gid = gid
-	f.root.attr.mode |= 0o070
+	f.root.attr.mode |= 0o070 | syscall.S_ISGID
 }

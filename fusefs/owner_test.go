@@ -1,9 +1,12 @@
 package fusefs_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -51,6 +54,69 @@ func TestNonRootCallerOwnsWhatItCreates(t *testing.T) {
 		}
 		if st := fi.Sys().(*syscall.Stat_t); st.Uid != uid || st.Gid != gid {
 			t.Errorf("%s is owned by %d:%d, want the caller %d:%d", name, st.Uid, st.Gid, uid, gid)
+		}
+	}
+}
+
+// With a mount group (a pod's fsGroup, VOLUME_MOUNT_GROUP), directories
+// are set-group-ID as kubelet makes a volume's for an fsGroup: whatever
+// any process of the pod creates belongs to the group, whichever its own
+// group is, in directories made before and since (the upstream storage
+// suite's fsGroup specs check this).
+func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
+	const uid, ownGID, fsGroup = 1000, 3000, 2000
+	parent, err := os.MkdirTemp("", "objfuse-group-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New()
+	if _, err := st.Put(context.Background(), "before/old.txt", strings.NewReader("made by another client"), 22, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fusefs.New(st, fusefs.Options{PartSize: 5 << 20, StagingDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetMountGroup(fsGroup)
+	srv, err := f.Mount(dir, "objfuse:test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Unmount() })
+
+	for _, c := range []struct {
+		who  string
+		cred *syscall.Credential
+	}{
+		{"root", &syscall.Credential{}},
+		{"a member", &syscall.Credential{Uid: uid, Gid: ownGID, Groups: []uint32{fsGroup}}},
+	} {
+		id := fmt.Sprint(c.cred.Uid)
+		cmd := exec.Command("/bin/sh", "-c", `set -e; cd "$1"; touch "f-$2"; mkdir "d-$2"; touch "d-$2/g"; mkdir "d-$2/e"; touch "before/n-$2"`, "sh", dir, id)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", c.who, err, out)
+		}
+		for _, name := range []string{"f-" + id, "d-" + id, "d-" + id + "/g", "d-" + id + "/e", "before", "before/n-" + id} {
+			fi, err := os.Lstat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if st.Gid != fsGroup {
+				t.Errorf("%s made by %s has group %d, want the mount group %d", name, c.who, st.Gid, fsGroup)
+			}
+			if fi.IsDir() && st.Mode&syscall.S_ISGID == 0 {
+				t.Errorf("directory %s (%s) is not set-group-ID: mode %o", name, c.who, st.Mode)
+			}
 		}
 	}
 }
