@@ -4,13 +4,13 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 export CGO_ENABLED ?= 0
 
-.PHONY: build test e2e unit fuzz stress demo demo-down images bench lint
+.PHONY: build test e2e conformance unit fuzz stress demo demo-down images bench lint
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # Everything CI runs: the Go tests, the fuzz targets briefly, then the
-# e2e suite on a real cluster.
+# e2e suite and the upstream storage suite on a real cluster of 3 nodes.
 test: unit fuzz e2e
 
 # Unit and behaviour suites on memory and a real MinIO (each test starts its
@@ -30,12 +30,19 @@ fuzz:
 stress:
 	test/stress.sh
 
-# The e2e suite on a real one-node Kubernetes here (test/local): cluster,
-# images, MinIO and objfuse up, the suite, everything down. Needs root.
-# Kubernetes and the CSI sidecars are built from source the first time
-# (about 15 minutes on two cores, under two minutes warm).
+# The e2e suite, then the upstream storage suite (conformance), on a real
+# Kubernetes of 3 nodes here (test/local): cluster, images, MinIO and
+# objfuse up, the suites, everything down. Needs root. Kubernetes, the CSI
+# sidecars and the upstream suite are built from source the first time
+# (about 25 minutes on two cores, under two minutes warm).
 e2e:
 	test/local/e2e.sh
+
+# The upstream Kubernetes storage suite (k8s.io/kubernetes
+# test/e2e/storage/external) against objfuse on the cluster of $KUBECONFIG
+# (default: the local cluster), as test/conformance/driver.yaml claims.
+conformance:
+	test/conformance/run.sh
 
 lint:
 	test -z "$$(gofmt -l .)"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# make e2e: the e2e suite (test/e2e) on a local cluster of three nodes
-# (OBJFUSE_NODES overrides). It brings the cluster, MinIO and objfuse up as
-# `make demo` does, runs the suite against it, and tears everything down
-# again, whatever happened.
+# make e2e: the e2e suite (test/e2e), then the upstream storage suite
+# (test/conformance), on a local cluster of three nodes (OBJFUSE_NODES
+# overrides). It brings the cluster, MinIO and objfuse up as `make demo`
+# does, runs the suites against it, and tears everything down again,
+# whatever happened.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OBJFUSE_NODES=${OBJFUSE_NODES:-3}
@@ -15,4 +16,6 @@ kc delete namespace objfuse-demo --timeout=120s
 # Where the suite finds MinIO, and where servers it starts on this host
 # are reached from the nodes.
 export E2E_S3_ENDPOINT=$S3_ENDPOINT E2E_HOST_ADDR=$HOST_IP
+export E2E_KUBECTL=$BIN_DIR/kubectl
 go test -tags e2e -count=1 -timeout 40m -v ./test/e2e
+test/conformance/run.sh
