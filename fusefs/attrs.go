@@ -62,7 +62,7 @@ func (f *FS) attrsOf(o store.Object, kind uint32) attrs {
 			a.uid = uint32(n)
 		}
 	}
-	if v, ok := o.Metadata[metaGID]; ok {
+	if v, ok := o.Metadata[metaGID]; ok && !f.groupFixed {
 		if n, err := strconv.ParseUint(v, 10, 32); err == nil {
 			a.gid = uint32(n)
 		}
@@ -122,6 +122,17 @@ func (a attrs) fill(out *fuse.Attr) {
 		out.Nlink = 2
 	}
 	out.SetTimes(&a.mtime, &a.mtime, &a.mtime)
+}
+
+// applySetattr changes a as a SETATTR request asks (not size). With a
+// mount group every file's group is that group, and a change of group is
+// ignored, as on a CIFS mount with gid= (an error would fail `cp -a`, tar
+// and rsync run as root for no gain).
+func (f *FS) applySetattr(a *attrs, in *fuse.SetAttrIn) (changed bool) {
+	if f.groupFixed {
+		in.Valid &^= fuse.FATTR_GID
+	}
+	return a.applySetattr(in)
 }
 
 // applySetattr changes attributes as a SETATTR request asks (not size).

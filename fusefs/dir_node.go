@@ -88,7 +88,7 @@ func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	// it last only as long as the mount; nor has a removed directory
 	// still open.
 	_, linked := n.fsys.pathOf(&n.Inode)
-	if a.applySetattr(in) && linked && !(n.IsRoot() && n.fsys.opts.Prefix == "") {
+	if n.fsys.applySetattr(&a, in) && linked && !(n.IsRoot() && n.fsys.opts.Prefix == "") {
 		if err := n.putMarker(ctx, a); err != nil {
 			return errno(err)
 		}
@@ -335,6 +335,9 @@ func (n *dirNode) newAttrs(ctx context.Context, mode uint32) attrs {
 	n.mu.Lock()
 	parent := n.attr
 	n.mu.Unlock()
+	if n.fsys.groupFixed {
+		a.gid = n.fsys.opts.GID
+	}
 	if parent.mode&syscall.S_ISGID != 0 {
 		a.gid = parent.gid
 		if mode&syscall.S_IFMT == syscall.S_IFDIR {

@@ -256,7 +256,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 		}
 	}
 	a := n.attr
-	if a.applySetattr(in) {
+	if n.fsys.applySetattr(&a, in) {
 		if _, ok := in.GetMTime(); ok {
 			n.mtimeSet = true
 		}
@@ -294,7 +294,7 @@ func (n *fileNode) rewriteMetadataLocked(ctx context.Context, a attrs, in *fuse.
 			return a, err
 		}
 		a = n.attr
-		a.applySetattr(in)
+		n.fsys.applySetattr(&a, in)
 		o, err = n.fsys.store.Copy(ctx, key, a.etag, key, a.metadata())
 	}
 	if err != nil {

@@ -27,9 +27,11 @@ type FS struct {
 	opts      Options
 	mountTime time.Time
 	root      *dirNode
-	// dirSetgid is S_ISGID when directories without mode metadata are
-	// set-group-ID (SetMountGroup), else 0.
-	dirSetgid uint32
+	// groupFixed: every node's group is opts.GID (SetMountGroup); dirSetgid
+	// is then S_ISGID, directories without mode metadata being
+	// set-group-ID, else 0.
+	groupFixed bool
+	dirSetgid  uint32
 
 	// gate keeps directory renames and changes under them apart.
 	gate *keyGate
@@ -417,16 +419,18 @@ func parentKey(key string) string {
 }
 
 // SetMountGroup makes gid (a pod's fsGroup, known only when the node
-// stages the volume) the group of files without owner metadata, with group
-// read-write permissions, so that a non-root pod in that group can write,
-// and makes directories without mode metadata set-group-ID, as kubelet
-// makes a volume's directories for an fsGroup: what any process of the
-// pod creates in them belongs to the group too (see newAttrs).
-// Call it before Mount.
+// stages the volume) the group of every file and directory, whatever group
+// its metadata or its creator has, as a CIFS or NFS mount with gid= does
+// and VOLUME_MOUNT_GROUP asks: a pod whose fsGroup it is owns the volume's
+// contents through the group, also what pods with another fsGroup made
+// before. Files without mode metadata get group read-write permissions,
+// directories group rwx and the set-group-ID bit that kubelet gives a
+// volume's directories for an fsGroup. Call it before Mount.
 func (f *FS) SetMountGroup(gid uint32) {
 	f.opts.GID = gid
 	f.opts.FileMode |= 0o060
 	f.opts.DirMode |= 0o070
+	f.groupFixed = true
 	f.dirSetgid = syscall.S_ISGID
 	f.root.attr.gid = gid
 	f.root.attr.mode |= 0o070 | syscall.S_ISGID

@@ -58,11 +58,12 @@ func TestNonRootCallerOwnsWhatItCreates(t *testing.T) {
 	}
 }
 
-// With a mount group (a pod's fsGroup, VOLUME_MOUNT_GROUP), directories
-// are set-group-ID as kubelet makes a volume's for an fsGroup: whatever
-// any process of the pod creates belongs to the group, whichever its own
-// group is, in directories made before and since (the upstream storage
-// suite's fsGroup specs check this).
+// With a mount group (a pod's fsGroup, VOLUME_MOUNT_GROUP) everything on
+// the mount has that group: whatever any process of the pod creates,
+// whichever its own group, in directories made before and since (which
+// are set-group-ID, as kubelet makes a volume's for an fsGroup), a chgrp
+// changes nothing, and a later pod with another fsGroup sees its own on
+// all of it (the upstream storage suite's fsgroupchangepolicy specs).
 func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
 	const uid, ownGID, fsGroup = 1000, 3000, 2000
 	parent, err := os.MkdirTemp("", "objfuse-group-")
@@ -91,6 +92,7 @@ func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Unmount() })
+	var made []string
 
 	for _, c := range []struct {
 		who  string
@@ -117,6 +119,38 @@ func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
 			if fi.IsDir() && st.Mode&syscall.S_ISGID == 0 {
 				t.Errorf("directory %s (%s) is not set-group-ID: mode %o", name, c.who, st.Mode)
 			}
+			made = append(made, name)
+		}
+	}
+	if out, err := exec.Command("chgrp", "0", filepath.Join(dir, "f-0")).CombinedOutput(); err != nil {
+		t.Fatalf("chgrp: %v %s", err, out)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "f-0")); err != nil || fi.Sys().(*syscall.Stat_t).Gid != fsGroup {
+		t.Errorf("after chgrp 0: %v, want the mount group %d still", err, fsGroup)
+	}
+	if err := srv.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next pod, with another fsGroup.
+	const next = 4000
+	g, err := fusefs.New(st, fusefs.Options{PartSize: 5 << 20, StagingDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetMountGroup(next)
+	srv2, err := g.Mount(dir, "objfuse:test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv2.Unmount() })
+	for _, name := range append(made, "f-0", "before/old.txt") {
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gid := fi.Sys().(*syscall.Stat_t).Gid; gid != next {
+			t.Errorf("%s has group %d under the next pod's fsGroup, want %d", name, gid, next)
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (n *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.Se
 	n.mu.Lock()
 	a := n.attr
 	n.mu.Unlock()
-	if a.applySetattr(in) {
+	if n.fsys.applySetattr(&a, in) {
 		key := n.fsys.keyOf(&n.Inode)
 		o, err := n.fsys.store.Copy(ctx, key, store.AnyVersion, key, a.metadata())
 		if err != nil {
