@@ -4,7 +4,7 @@
 # cluster of $KUBECONFIG, with objfuse deployed (deploy/kustomize/local:
 # StorageClass objfuse-minio). No Docker and no registry needed.
 #
-#   test/conformance/run.sh [build|images|run]...   (default: all three)
+#   test/conformance/run.sh [build|images|run|multivolume]...   (default: all)
 #
 #   build   e2e.test (storage specs only) and the ginkgo CLI from this
 #           folder's wrapper module, into $OUT/bin (about 15 minutes cold on
@@ -15,15 +15,16 @@
 #   run     the specs driver.yaml enables, GINKGO_PROCS (4) at a time; the
 #           report (ginkgo.log, report.json, junit.xml, summary.txt) goes to
 #           $OUT/report/<time>/
+#   multivolume  the multiVolume specs as well ([Slow], about a minute),
+#           the ones that need two nodes among them
 #
 # The selection is the upstream default for a CI run: External Storage, and
 # nothing Slow, Disruptive (restarts kubelet over SSH), Serial, or behind a
 # [Feature:...] tag (snapshots, XFS, SELinux, Windows, VolumeAttributesClass).
 # CONFORMANCE_FOCUS and CONFORMANCE_SKIP replace the regexps, GINKGO_FLAGS
-# adds ginkgo flags (e.g. --dry-run -v: list the selection); e.g. the
-# multiVolume specs (all [Slow]; the "different node" ones need two nodes):
-#   CONFORMANCE_FOCUS='External.Storage.*multiVolume' \
-#   CONFORMANCE_SKIP='\[Disruptive\]|\[Serial\]|\[Feature:' test/conformance/run.sh run
+# adds ginkgo flags (e.g. --dry-run -v: list the selection); e.g. every
+# [Slow] spec: CONFORMANCE_SKIP='\[Disruptive\]|\[Serial\]|\[Feature:' \
+# test/conformance/run.sh run
 set -euo pipefail
 cd "$(dirname "$0")"
 CONF=$PWD
@@ -79,19 +80,21 @@ preflight() {
   log "cluster: $("$KUBECTL" get nodes --no-headers | grep -cw Ready) Ready nodes; StorageClass $sc"
 }
 
+# run [FOCUS SKIP]: the specs of the selection (default: FOCUS and SKIP).
 run() {
+  local focus=${1:-$FOCUS} skip=${2:-$SKIP}
   preflight
   local report
   report=$OUT/report/$(date +%Y%m%d-%H%M%S)
   mkdir -p "$report"
-  log "running: focus '$FOCUS', skip '$SKIP', $PROCS processes; report in $report"
+  log "running: focus '$focus', skip '$skip', $PROCS processes; report in $report"
   local rc=0
   # ginkgo checks its own version with `go list -m` in the binary's folder,
   # which is objfuse's module, not this one: GO111MODULE=off keeps it from
   # warning about objfuse's ginkgo. GINKGO_FLAGS are split on purpose.
   # shellcheck disable=SC2086
   GO111MODULE=off "$BIN/ginkgo" --procs="$PROCS" --timeout="$TIMEOUT" --no-color ${GINKGO_FLAGS:-} \
-    --focus="$FOCUS" --skip="$SKIP" \
+    --focus="$focus" --skip="$skip" \
     --output-dir="$report" --json-report=report.json --junit-report=junit.xml \
     "$BIN/e2e.test" -- \
     -storage.testdriver="$CONF/driver.yaml" -provider=skeleton \
@@ -118,13 +121,20 @@ summary() {
     sed -E 's/"?[a-z0-9.-]+\.csi\.[a-z]+"?/DRIVER/g' | sort | uniq -c | sort -rn
 }
 
+command -v jq >/dev/null || {
+  log "installing jq (the summary reads the JSON report)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >/dev/null
+}
 steps=("$@")
-((${#steps[@]})) || steps=(build images run)
+((${#steps[@]})) || steps=(build images run multivolume)
 for s in "${steps[@]}"; do
   case $s in
     build) build ;;
     images) "$CONF/images.sh" ;;
     run) run ;;
-    *) echo "usage: $0 [build|images|run]..." >&2; exit 2 ;;
+    # The multiVolume specs, [Slow] but about a minute: several volumes
+    # per pod, one volume in several pods, on one node and across nodes.
+    multivolume) run 'External.Storage.*multiVolume' '\[Disruptive\]|\[Serial\]|\[Feature:' ;;
+    *) echo "usage: $0 [build|images|run|multivolume]..." >&2; exit 2 ;;
   esac
 done
