@@ -14,12 +14,10 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 )
 
-// What a non-root process creates is its own, and it can go on writing
-// into the directories it made (a pod running as a non-root user).
-func TestNonRootCallerOwnsWhatItCreates(t *testing.T) {
-	const uid, gid = 1000, 2000
-	// The mount's own defaults are root's, with a root anyone may write in.
-	// The mount point's parents must be searchable by the caller.
+// mountPointForAnyone makes a mount point whose parents a non-root caller
+// can search (t.TempDir's are root's alone).
+func mountPointForAnyone(t *testing.T) string {
+	t.Helper()
 	parent, err := os.MkdirTemp("", "objfuse-owner-")
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +30,15 @@ func TestNonRootCallerOwnsWhatItCreates(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// What a non-root process creates is its own, and it can go on writing
+// into the directories it made (a pod running as a non-root user).
+func TestNonRootCallerOwnsWhatItCreates(t *testing.T) {
+	const uid, gid = 1000, 2000
+	// The mount's own defaults are root's, with a root anyone may write in.
+	dir := mountPointForAnyone(t)
 	f, err := fusefs.New(memstore.New(), fusefs.Options{DirMode: 0o777, PartSize: 5 << 20, StagingDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -66,18 +73,7 @@ func TestNonRootCallerOwnsWhatItCreates(t *testing.T) {
 // all of it (the upstream storage suite's fsgroupchangepolicy specs).
 func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
 	const uid, ownGID, fsGroup = 1000, 3000, 2000
-	parent, err := os.MkdirTemp("", "objfuse-group-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(parent) })
-	if err := os.Chmod(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(parent, "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := mountPointForAnyone(t)
 	st := memstore.New()
 	if _, err := st.Put(context.Background(), "before/old.txt", strings.NewReader("made by another client"), 22, nil); err != nil {
 		t.Fatal(err)

@@ -460,22 +460,33 @@ func (s *suite) expectNothingLeftOn(node string, pv *corev1.PersistentVolume) {
 	}
 }
 
+// workloadOnVictim runs the workload (a Deployment "app" of workloadScript
+// on an RWX PVC "data", tolerating an unreachable node for tolerate
+// seconds) on a node that runs neither the controller nor MinIO, and
+// returns that node, the PV, the pod and the checksum of what it wrote
+// and closed.
+func (s *suite) workloadOnVictim(tolerate int64) (node string, pv *corev1.PersistentVolume, first *corev1.Pod, sum string) {
+	s.t.Helper()
+	node = s.victim(s.readyNodes(2))
+	s.pvc("data", scBucket, corev1.ReadWriteMany)
+	pv = s.boundPV("data")
+	s.deployment("app", "data", workloadScript, node, tolerate)
+	first = s.runningPodOf("app", 3*time.Minute)
+	if first.Spec.NodeName != node {
+		s.t.Fatalf("the workload landed on %s, not on %s, the node it prefers", first.Spec.NodeName, node)
+	}
+	sum = s.awaitLog(first.Name, "wrote ")
+	s.expectVolumeOn(pv, node)
+	return node, pv, first, sum
+}
+
 // TestDrainMovesTheWorkload: `kubectl drain` of the node running a
 // workload and its mounter: the workload comes back on another node and
 // finds its acknowledged data; once the node is uncordoned, nothing of the
 // volume is left on it.
 func TestDrainMovesTheWorkload(t *testing.T) {
 	s := newSuite(t)
-	nodes := s.readyNodes(2)
-	drained := s.victim(nodes)
-	s.pvc("data", scBucket, corev1.ReadWriteMany)
-	pv := s.boundPV("data")
-	s.deployment("app", "data", workloadScript, drained, 300)
-	first := s.runningPodOf("app", 3*time.Minute)
-	if first.Spec.NodeName != drained {
-		t.Skipf("the workload landed on %s, not %s", first.Spec.NodeName, drained)
-	}
-	sum := s.awaitLog(first.Name, "wrote ")
+	drained, pv, first, sum := s.workloadOnVictim(300)
 	t.Cleanup(func() { s.nodeCommand("UNCORDON", `"${E2E_KUBECTL:-kubectl}" uncordon "$E2E_NODE"`, drained) })
 	start := time.Now()
 	s.nodeCommand("DRAIN", `"${E2E_KUBECTL:-kubectl}" drain "$E2E_NODE" --ignore-daemonsets --delete-emptydir-data --timeout=3m`, drained)
@@ -504,17 +515,7 @@ func TestDrainMovesTheWorkload(t *testing.T) {
 // volume is left on it.
 func TestNodeLossMovesTheWorkload(t *testing.T) {
 	s := newSuite(t)
-	nodes := s.readyNodes(2)
-	lost := s.victim(nodes)
-	s.pvc("data", scBucket, corev1.ReadWriteMany)
-	pv := s.boundPV("data")
-	s.deployment("app", "data", workloadScript, lost, 10)
-	first := s.runningPodOf("app", 3*time.Minute)
-	if first.Spec.NodeName != lost {
-		t.Skipf("the workload landed on %s, not %s", first.Spec.NodeName, lost)
-	}
-	sum := s.awaitLog(first.Name, "wrote ")
-	s.expectVolumeOn(pv, lost)
+	lost, pv, first, sum := s.workloadOnVictim(10)
 
 	start := time.Now()
 	s.nodeCommand("STOP_NODE", `../local/node.sh kill "$E2E_NODE"`, lost)
