@@ -39,7 +39,7 @@ type attrs struct {
 func (f *FS) attrsOf(o store.Object, kind uint32) attrs {
 	a := attrs{size: o.Size, mtime: o.LastModified, etag: o.ETag, uid: f.opts.UID, gid: f.opts.GID}
 	if kind == syscall.S_IFDIR {
-		a.mode = syscall.S_IFDIR | uint32(f.opts.DirMode) | f.dirSetgid
+		a.mode = syscall.S_IFDIR | uint32(f.opts.DirMode)
 		a.size = 0
 	} else {
 		a.mode = syscall.S_IFREG | uint32(f.opts.FileMode)
@@ -62,7 +62,7 @@ func (f *FS) attrsOf(o store.Object, kind uint32) attrs {
 			a.uid = uint32(n)
 		}
 	}
-	if v, ok := o.Metadata[metaGID]; ok && !f.groupFixed {
+	if v, ok := o.Metadata[metaGID]; ok {
 		if n, err := strconv.ParseUint(v, 10, 32); err == nil {
 			a.gid = uint32(n)
 		}
@@ -110,6 +110,18 @@ func (a attrs) metadata() map[string]string {
 }
 
 // fill copies the attributes into a FUSE attribute reply.
+// fill tells the kernel a: with a mount group (SetMountGroup), as that
+// group's, a directory set-group-ID; the store keeps what its object says.
+func (f *FS) fill(a attrs, out *fuse.Attr) {
+	a.fill(out)
+	if f.groupFixed {
+		out.Gid = f.opts.GID
+		if a.mode&syscall.S_IFMT == syscall.S_IFDIR {
+			out.Mode |= syscall.S_ISGID
+		}
+	}
+}
+
 func (a attrs) fill(out *fuse.Attr) {
 	out.Mode = a.mode
 	out.Uid = a.uid

@@ -71,7 +71,7 @@ func (n *dirNode) key() string {
 
 func (n *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.mu.Lock()
-	n.attr.fill(&out.Attr)
+	n.fsys.fill(n.attr, &out.Attr)
 	n.mu.Unlock()
 	return 0
 }
@@ -95,7 +95,7 @@ func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	}
 	n.mu.Lock()
 	n.attr = a
-	n.attr.fill(&out.Attr)
+	n.fsys.fill(n.attr, &out.Attr)
 	n.mu.Unlock()
 	return 0
 }
@@ -318,7 +318,7 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	// into it since, which the TTL allows for): lookups of names about to
 	// be created need not ask the store.
 	ch.Operations().(*dirNode).remember(nil)
-	a.fill(&out.Attr)
+	n.fsys.fill(a, &out.Attr)
 	return ch, 0
 }
 
@@ -396,7 +396,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	node.startCreated()
 	ch := n.adopt(ctx, node, syscall.S_IFREG)
 	fh, fuseFlags := node.openHandle(flags)
-	a.fill(&out.Attr)
+	n.fsys.fill(a, &out.Attr)
 	return ch, fh, fuseFlags, 0
 }
 
@@ -421,7 +421,7 @@ func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	n.noteChild(name, &dirEntry{name: name, obj: o})
 	node := &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now(), target: target, haveTarget: true}
 	ch := n.adopt(ctx, node, syscall.S_IFLNK)
-	a.fill(&out.Attr)
+	n.fsys.fill(a, &out.Attr)
 	return ch, 0
 }
 

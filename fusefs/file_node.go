@@ -199,7 +199,7 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 
 // tellLocked fills out with a, and remembers that the kernel has it.
 func (n *fileNode) tellLocked(a attrs, out *fuse.Attr) {
-	a.fill(out)
+	n.fsys.fill(a, out)
 	n.shown, n.kernelSize = a, a.size
 }
 

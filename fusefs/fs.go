@@ -27,11 +27,8 @@ type FS struct {
 	opts      Options
 	mountTime time.Time
 	root      *dirNode
-	// groupFixed: every node's group is opts.GID (SetMountGroup); dirSetgid
-	// is then S_ISGID, directories without mode metadata being
-	// set-group-ID, else 0.
+	// groupFixed: every node shows opts.GID as its group (SetMountGroup).
 	groupFixed bool
-	dirSetgid  uint32
 
 	// gate keeps directory renames and changes under them apart.
 	gate *keyGate
@@ -419,19 +416,20 @@ func parentKey(key string) string {
 }
 
 // SetMountGroup makes gid (a pod's fsGroup, known only when the node
-// stages the volume) the group of every file and directory, whatever group
-// its metadata or its creator has, as a CIFS or NFS mount with gid= does
-// and VOLUME_MOUNT_GROUP asks: a pod whose fsGroup it is owns the volume's
-// contents through the group, also what pods with another fsGroup made
-// before. Files without mode metadata get group read-write permissions,
-// directories group rwx and the set-group-ID bit that kubelet gives a
-// volume's directories for an fsGroup. Call it before Mount.
+// stages the volume) the group every file and directory shows, whatever
+// group its metadata or its creator has, as a CIFS or NFS mount with gid=
+// does and VOLUME_MOUNT_GROUP asks: a pod whose fsGroup it is owns the
+// volume's contents through the group, also what pods with another
+// fsGroup made before. What the objects' metadata says is kept for other
+// mounts and clients (fill). Files without mode metadata get group
+// read-write permissions, and directories group rwx and the
+// set-group-ID bit that kubelet gives a volume's directories for an
+// fsGroup. Call it before Mount.
 func (f *FS) SetMountGroup(gid uint32) {
 	f.opts.GID = gid
 	f.opts.FileMode |= 0o060
 	f.opts.DirMode |= 0o070
 	f.groupFixed = true
-	f.dirSetgid = syscall.S_ISGID
 	f.root.attr.gid = gid
-	f.root.attr.mode |= 0o070 | syscall.S_ISGID
+	f.root.attr.mode |= 0o070
 }

@@ -78,6 +78,11 @@ func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
 	if _, err := st.Put(context.Background(), "before/old.txt", strings.NewReader("made by another client"), 22, nil); err != nil {
 		t.Fatal(err)
 	}
+	// A file whose metadata names another group: shown as the mount's,
+	// kept as it is for every other client, even when touched.
+	if _, err := st.Put(context.Background(), "kept.txt", strings.NewReader("x"), 1, map[string]string{"gid": "3333"}); err != nil {
+		t.Fatal(err)
+	}
 	f, err := fusefs.New(st, fusefs.Options{PartSize: 5 << 20, StagingDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +122,15 @@ func TestMountGroupOwnsWhatThePodCreates(t *testing.T) {
 			}
 			made = append(made, name)
 		}
+	}
+	if out, err := exec.Command("touch", filepath.Join(dir, "kept.txt")).CombinedOutput(); err != nil {
+		t.Fatalf("touch: %v %s", err, out)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "kept.txt")); err != nil || fi.Sys().(*syscall.Stat_t).Gid != fsGroup {
+		t.Errorf("kept.txt: %v, want the mount group %d shown", err, fsGroup)
+	}
+	if o, err := st.Head(context.Background(), "kept.txt"); err != nil || o.Metadata["gid"] != "3333" {
+		t.Errorf("kept.txt's metadata after a touch: %v %v, want its own group 3333 kept", o.Metadata, err)
 	}
 	if out, err := exec.Command("chgrp", "0", filepath.Join(dir, "f-0")).CombinedOutput(); err != nil {
 		t.Fatalf("chgrp: %v %s", err, out)

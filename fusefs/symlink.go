@@ -72,7 +72,7 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *symlinkNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.attr.fill(&out.Attr)
+	n.fsys.fill(n.attr, &out.Attr)
 	return 0
 }
 
@@ -95,7 +95,7 @@ func (n *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.Se
 	}
 	n.mu.Lock()
 	n.attr = a
-	n.attr.fill(&out.Attr)
+	n.fsys.fill(n.attr, &out.Attr)
 	n.mu.Unlock()
 	return 0
 }
