@@ -34,7 +34,7 @@ stress:
 # Kubernetes of 3 nodes here (test/local): cluster, images, MinIO and
 # objfuse up, the suites, everything down. Needs root. Kubernetes, the CSI
 # sidecars and the upstream suite are built from source the first time
-# (about 25 minutes on two cores, under two minutes warm).
+# (about 25 minutes on two cores, under five minutes warm).
 e2e:
 	test/local/e2e.sh
 

@@ -179,15 +179,18 @@ for a in "$@"; do
   esac
 done
 ((${#targets[@]})) || targets=(pause objfuse sidecars test minio)
-# The local cluster's nodes (test/local) unless told otherwise.
+# The local cluster's nodes (test/local) unless told otherwise; with none,
+# the archives only.
 if [ -z "${CONTAINERD_ADDRESSES:-}" ]; then
-  CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESS:-$(ls /var/lib/objfuse-cluster/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ')}
+  CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESS:-$(ls "${OBJFUSE_CLUSTER_DIR:-/var/lib/objfuse-cluster}"/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ')}
 fi
-for a in $CONTAINERD_ADDRESSES; do
-  ctr --address "$a" version >/dev/null 2>&1 || { log "containerd does not answer at $a"; CONTAINERD_ADDRESSES=; }
-done
 if [ -n "$IMPORT" ] && [ -z "$CONTAINERD_ADDRESSES" ]; then
-  log "no containerd answers: writing archives only (start test/local/up.sh to import)"
+  log "no containerd to import into: writing archives only (start test/local/up.sh to import)"
   IMPORT=
+fi
+if [ -n "$IMPORT" ]; then
+  for a in $CONTAINERD_ADDRESSES; do
+    ctr --address "$a" version >/dev/null 2>&1 || { log "ERROR: containerd does not answer at $a"; exit 1; }
+  done
 fi
 for t in "${targets[@]}"; do "build_$t"; done

@@ -42,8 +42,9 @@ poll() {
 no_pods() { [ -z "$(kc get pods -A -o name 2>/dev/null)" ]; }
 
 # --- workloads: let kubelet stop them and unmount their volumes ---------
+NODES_STARTED=$(started_nodes)
 any_node=
-for ((n = 1; n <= NODES; n++)); do alive "$(node_name $n)" && any_node=1; done
+for n in $NODES_STARTED; do alive "$(node_name "$n")" && any_node=1; done
 if alive kube-apiserver && [ -n "$any_node" ]; then
   # No new pods from controllers or the scheduler from now on.
   stop kube-controller-manager
@@ -61,17 +62,18 @@ stop kube-controller-manager
 stop kube-scheduler
 # Each node: kubelet, containerd, then every process left on it; its
 # mounts and network namespace go with it.
-for ((n = 1; n <= NODES; n++)); do "$LOCAL_DIR/node.sh" stop $n; done
+for n in $NODES_STARTED; do "$LOCAL_DIR/node.sh" stop "$n"; done
+for n in $NODES_STARTED; do
+  alive "$(node_name "$n")" && die "$(node_name "$n") is still running; not cleaning up under it"
+done
 stop kube-apiserver
 stop etcd
 
 # --- cgroups of the nodes' pods (kubelet's cgroupRoot) ----------------------
-for ((n = 1; n <= NODES; n++)); do
-  for cg in /sys/fs/cgroup/*/"$(node_name $n)"; do
-    [ -d "$cg" ] || continue
-    find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
-    [ -d "$cg" ] && log "cgroup $cg still has processes"
-  done
+for cg in /sys/fs/cgroup/*/objfuse-node-* /sys/fs/cgroup/objfuse-node-*; do
+  [ -d "$cg" ] || continue
+  find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
+  [ -d "$cg" ] && log "cgroup $cg still has processes"
 done
 
 if [ -d "$SAVED" ]; then
@@ -98,7 +100,7 @@ fi
 
 # --- network ----------------------------------------------------------------
 ip route del blackhole "$SERVICE_CIDR" 2>/dev/null
-for ((n = 1; n <= NODES; n++)); do ip link del "ofn$n" 2>/dev/null; done
+for n in $NODES_STARTED; do ip link del "$(node_veth "$n")" 2>/dev/null; done
 ip link del "$NODE_BRIDGE" 2>/dev/null
 
 # --- directories ------------------------------------------------------------
@@ -109,9 +111,11 @@ if [ -n "$left" ]; then
   log "not removing $CLUSTER_DIR: still mounted: $left"
   exit 1
 fi
+# The host's mount points for the nodes' paths: empty unless something
+# else has put files there since, which stay.
 for p in $FIXED_PATHS; do
   [ -e "$p" ] && created_by_us "$p" || continue
-  if [ -z "$(mounts_under "$p")" ]; then rm -rf --one-file-system "$p"; else log "not removing $p: still mounted"; fi
+  rmdir "$p" 2>/dev/null || log "not removing $p: not empty"
 done
 rm -rf --one-file-system "$CLUSTER_DIR"
 log "stopped and cleaned up in $(($(date +%s) - T0))s (logs kept in $LOG_DIR)"

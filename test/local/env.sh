@@ -21,7 +21,7 @@ PIDS=$CLUSTER_DIR/pids
 SAVED=$CLUSTER_DIR/saved
 KUBECONFIG_FILE=$CLUSTER_DIR/admin.kubeconfig
 # How many nodes up.sh starts (up.sh N overrides; the number started is
-# kept in $CLUSTER_DIR/nodes/count for the other scripts).
+# kept in $CLUSTER_DIR/nodes/count, which up.sh checks a request against).
 NODES=${OBJFUSE_NODES:-$(cat "$CLUSTER_DIR/nodes/count" 2>/dev/null || echo 1)}
 # Inside a node, kubelet's root dir and the driver's state dir (hostPath in
 # the node plugin and mounter pods) are at their standard places.
@@ -53,12 +53,21 @@ node_ip() { echo "$NODE_NET.$((10 + $1))"; }
 node_pod_cidr() { echo "10.244.$1.0/24"; }
 node_dir() { echo "$CLUSTER_DIR/nodes/$1"; }
 node_containerd_sock() { echo "$(node_dir "$1")/run/containerd/containerd.sock"; }
+# node_veth N: the host's end of node N's link to the nodes' bridge.
+node_veth() { echo "ofn$1"; }
+# started_nodes: the numbers of the nodes started (a PID file each),
+# whatever count anyone asks for now.
+started_nodes() {
+  local f
+  for f in "$PIDS"/objfuse-node-*.pid; do [ -e "$f" ] && { f=${f%.pid}; echo "${f##*-}"; }; done
+  return 0
+}
 # The node's standard paths and where each is bound from under its node_dir.
 NODE_PATHS="/var/lib/kubelet:kubelet /var/lib/objfuse:objfuse /var/log/pods:log/pods /var/log/containers:log/containers /var/lib/cni:cni /run/containerd:run/containerd /run/netns:run/netns"
 
 # The local MinIO (deploy/kustomize/local/minio.yaml: on node 1's network),
 # for test/local/s3 and the e2e suite.
-export S3_ENDPOINT=http://$NODE_NET.11:9000
+export S3_ENDPOINT=http://$(node_ip 1):9000
 
 # Host sysctls kubelet sets; down.sh puts the saved values back.
 KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"

@@ -23,6 +23,25 @@ IP=$(node_ip "$N")
 POD_CIDR=$(node_pod_cidr "$N")
 ilog() { printf '%s %s: %s\n' "$(date +%T)" "$NAME" "$*"; }
 
+# As PID 1 of its namespace, this shell ignores SIGTERM until it has a
+# handler: set it first, so that a node stopped while it starts stops.
+stopping= containerd_pid= kubelet_loop=
+stop_node() {
+  stopping=1
+  ilog "stopping"
+  [ -z "$kubelet_loop" ] || kill -TERM "$kubelet_loop" 2>/dev/null || true
+  pkill -TERM -x kubelet 2>/dev/null || true
+  if [ -n "$containerd_pid" ]; then
+    kill -TERM "$containerd_pid" 2>/dev/null || true
+    local deadline=$(($(date +%s) + 15))
+    while kill -0 "$containerd_pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+  fi
+  # Everything else in the node (shims, containers): as a power-off would.
+  kill -KILL -1 2>/dev/null || true
+  exit 0
+}
+trap stop_node TERM INT
+
 hostname "$NAME"
 
 # --- mounts -------------------------------------------------------------------
@@ -31,6 +50,8 @@ hostname "$NAME"
 # test on the host unmounting its own would wait for them forever).
 awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i+1) ~ /^fuse/) print $5; break } }' /proc/self/mountinfo |
   sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+# What the node kept in memory (/run) is gone, as after a reboot.
+rm -rf "$ND/run"
 mount --bind "$ND" "$ND"
 mount --make-rshared "$ND"
 for p in $NODE_PATHS; do
@@ -133,8 +154,6 @@ evictionHard:
 makeIPTablesUtilChains: false
 serializeImagePulls: false
 EOF
-stopping=
-kubelet_pid=
 run_kubelet() {
   while [ -z "$stopping" ]; do
     "$BIN_DIR/kubelet" --config="$ND/kubelet-config.yaml" \
@@ -146,19 +165,6 @@ run_kubelet() {
 run_kubelet &
 kubelet_loop=$!
 
-stop_node() {
-  stopping=1
-  ilog "stopping"
-  kill -TERM "$kubelet_loop" 2>/dev/null || true
-  pkill -TERM -x kubelet 2>/dev/null || true
-  kill -TERM "$containerd_pid" 2>/dev/null || true
-  local deadline=$(($(date +%s) + 15))
-  while kill -0 "$containerd_pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
-  # Everything else in the node (shims, containers): as a power-off would.
-  kill -KILL -1 2>/dev/null || true
-  exit 0
-}
-trap stop_node TERM INT
 ilog "up (ip $IP, pod CIDR $POD_CIDR)"
 # As PID 1, bash reaps every orphan that lands here while it waits.
 while :; do

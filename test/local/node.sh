@@ -20,6 +20,7 @@ source "$(dirname "$0")/env.sh"
 [ $# -ge 2 ] || die "usage: node.sh start|stop|kill|restart-kubelet|exec|pid N [CMD...]"
 cmd=$1 N=${2##*-}
 shift 2
+[[ $N =~ ^[1-9]$ ]] || die "a node is a number 1-9 or its name objfuse-node-N, not '$N'"
 NAME=$(node_name "$N")
 
 # init_pid: the host PID of the node's PID 1 (the child of the recorded
@@ -73,9 +74,11 @@ start() {
   poll "its PID 1" 10 has_init
   init=$(init_pid)
   # Its end of the nodes' bridge; node-init.sh waits for eth0.
-  ip link del "ofn$N" 2>/dev/null || true
-  ip link add "ofn$N" type veth peer name eth0 netns "$init"
-  ip link set "ofn$N" master "$NODE_BRIDGE" up
+  local veth
+  veth=$(node_veth "$N")
+  ip link del "$veth" 2>/dev/null || true
+  ip link add "$veth" type veth peer name eth0 netns "$init"
+  ip link set "$veth" master "$NODE_BRIDGE" up
   ip route replace "$(node_pod_cidr "$N")" via "$(node_ip "$N")"
   log "started $NAME (pid $init, ip $(node_ip "$N"))"
 }
@@ -91,7 +94,7 @@ stop() {
       [ -d "/proc/$init" ] || break
       sleep 0.1
     done
-    [ -d "/proc/$init" ] && { log "$NAME ignored SIGTERM, killing it"; kill_node; }
+    if [ -d "/proc/$init" ]; then log "$NAME ignored SIGTERM, killing it"; kill_node; fi
     log "stopped $NAME"
   fi
   rm -f "$PIDS/$NAME.pid"
@@ -99,7 +102,7 @@ stop() {
 
 kill_node() {
   local pid exe
-  alive "$NAME" || return 0
+  alive "$NAME" || die "$NAME is not running"
   read -r pid exe <"$PIDS/$NAME.pid"
   kill -KILL "$pid"
   poll "its processes to go" 30 test ! -d "/proc/$pid"
@@ -118,10 +121,13 @@ restart-kubelet)
   kubelet=$(readlink -f "$BIN_DIR/kubelet")
   old=$(node_procs "$kubelet")
   [ -n "$old" ] || die "$NAME: kubelet is not running"
+  since=$(date -u +%Y-%m-%dT%H:%M:%S)
   kill -TERM $old
-  # node-init.sh starts it again.
+  # node-init.sh starts it again; it is back once it renews its lease.
   new_kubelet() { local p; p=$(node_procs "$kubelet"); [ -n "$p" ] && [ "$p" != "$old" ]; }
+  renewed() { [[ "$(kc -n kube-node-lease get lease "$NAME" -o 'jsonpath={.spec.renewTime}')" > "$since" ]]; }
   poll "a new kubelet" 30 new_kubelet
+  poll "the new kubelet's lease" 60 renewed
   wait_ready
   log "restarted $NAME's kubelet ($old -> $(node_procs "$kubelet"))"
   ;;
