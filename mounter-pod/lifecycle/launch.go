@@ -34,9 +34,7 @@ func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	if err != nil {
 		return "", err
 	}
-	if want.OwnerReferences, err = k.attachmentOwner(ctx, m, node.Name); err != nil {
-		return "", err
-	}
+	want.OwnerReferences = k.attachmentOwner(ctx, m, node.Name)
 	pod, err := k.ensurePod(ctx, want)
 	if err != nil {
 		return "", err

@@ -37,24 +37,26 @@ func attachmentName(handle, driver, node string) string {
 }
 
 // attachmentOwner returns the controller reference to the VolumeAttachment
-// of m on node, or none when there is no such attachment of this driver.
-func (k *Kube) attachmentOwner(ctx context.Context, m spec.Mounter, node string) ([]metav1.OwnerReference, error) {
+// of m on node, or none when there is no such live attachment of this
+// driver, or it cannot be read now (the pod then has no owner: a drain
+// asks for --force, no worse than that).
+func (k *Kube) attachmentOwner(ctx context.Context, m spec.Mounter, node string) []metav1.OwnerReference {
 	va, err := k.Client.StorageV1().VolumeAttachments().Get(ctx, attachmentName(m.VolumeID, k.Driver, node), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("volume attachment of %s on %s: %w", m.VolumeID, node, err)
+		if !apierrors.IsNotFound(err) {
+			k.Logger.Warn("mounter pod without an owner: its volume attachment cannot be read", "volume", m.VolumeID, "node", node, "err", err)
+		}
+		return nil
 	}
-	if va.Spec.Attacher != k.Driver || va.Spec.NodeName != node {
-		return nil, nil
+	if va.Spec.Attacher != k.Driver || va.Spec.NodeName != node || va.DeletionTimestamp != nil {
+		return nil
 	}
 	return []metav1.OwnerReference{{
 		APIVersion: storagev1.SchemeGroupVersion.String(), Kind: "VolumeAttachment",
 		Name: va.Name, UID: va.UID, Controller: ptr.To(true),
 		// No BlockOwnerDeletion: it would need volumeattachments/finalizers
 		// rights where OwnerReferencesPermissionEnforcement runs.
-	}}, nil
+	}}
 }
 
 // adoptOwner makes a live pod that Launch adopts controlled by the

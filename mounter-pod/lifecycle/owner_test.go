@@ -65,4 +65,42 @@ func TestMounterPodIsControlledByItsAttachment(t *testing.T) {
 	if pod := launch(); len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != va.UID {
 		t.Fatalf("a new pod's owners %v, want the attachment", pod.OwnerReferences)
 	}
+
+	// The attachment made again (a new UID): the live pod Launch adopts
+	// follows it, or the garbage collector would take it for an orphan.
+	if err := kc.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	va.UID = types.UID("va-uid-2")
+	if _, err := kc.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pod := launch(); len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != "va-uid-2" {
+		t.Fatalf("owners %v after the attachment was made again, want its new UID", pod.OwnerReferences)
+	}
+}
+
+// An attachment of another driver, or on another node, owns nothing.
+func TestMounterPodIsNotOwnedByAnotherAttachment(t *testing.T) {
+	k, kc := kubeLauncher(t, func(c *lifecycle.Config) { c.Driver = driverName })
+	m := testMounter()
+	ctx := context.Background()
+	setStatus(t, kc, m.PodName(), corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}})
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: lifecycle.AttachmentName(m.VolumeID, driverName, "node-a"), UID: types.UID("va-uid-1")},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: "other.csi.io", NodeName: "node-a"},
+	}
+	if _, err := kc.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Launch(ctx, m, map[string][]byte{"accessKeyID": []byte("a"), "secretAccessKey": []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.OwnerReferences) != 0 {
+		t.Fatalf("owners %v, want none: the attachment is another driver's", pod.OwnerReferences)
+	}
 }
