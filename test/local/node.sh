@@ -21,6 +21,8 @@ source "$(dirname "$0")/env.sh"
 cmd=$1 N=${2##*-}
 shift 2
 [[ $N =~ ^[1-9]$ ]] || die "a node is a number 1-9 or its name objfuse-node-N, not '$N'"
+started=$(cat "$CLUSTER_DIR/nodes/count" 2>/dev/null || echo 0)
+((N <= started)) || [ "$cmd" = stop ] || die "the cluster has $started node(s) (test/local/up.sh N starts N), not node $N"
 NAME=$(node_name "$N")
 
 # init_pid: the host PID of the node's PID 1 (the child of the recorded
