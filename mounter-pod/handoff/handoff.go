@@ -33,6 +33,22 @@ const (
 	// connection; the node unmounts next, and the mounter then waits for a
 	// new handle (a later NodeStage on this node) until its pod is deleted.
 	OpExit = "exit"
+	// OpLend asks a serving mounter for a duplicate of the FUSE handle it
+	// serves, attached to the answer: a node plugin that restarted gets
+	// back the duplicate it keeps so that the connection outlives the
+	// mounter (a successor takes it over, see Request.TakeOver).
+	OpLend = "lend"
+)
+
+// Modes a mount survives its mounter in (Reply.Mode).
+const (
+	// ModeTakeover: the node plugin keeps the connection open; a
+	// successor mounter resumes it and the kernel resends what the dead
+	// one never answered. Pods see a pause, not an error.
+	ModeTakeover = "takeover"
+	// ModeRepair: the connection dies with its mounter; the node plugin
+	// mounts again and binds the new mount where the old one was.
+	ModeRepair = "repair"
 )
 
 // Request is what the node plugin sends.
@@ -41,6 +57,10 @@ type Request struct {
 	// MountGroup, with OpServe, is the group id (a pod's fsGroup) that
 	// files without owner metadata get; nil keeps the mounter's own.
 	MountGroup *uint32 `json:"mountGroup,omitempty"`
+	// TakeOver, with OpServe: the attached handle is a live connection an
+	// earlier mounter of this volume served (it died, or handed over):
+	// resume it from the state that mounter saved, without INIT.
+	TakeOver bool `json:"takeOver,omitempty"`
 }
 
 // Reply is what the mounter answers.
@@ -58,6 +78,14 @@ type Reply struct {
 	// Stopping, in answer to OpStatus: the mounter was told to stop
 	// (SIGTERM) and serves only until released or its drain timeout.
 	Stopping bool `json:"stopping,omitempty"`
+	// Resumable, in answer to OpStatus from a mounter not serving: an
+	// earlier mounter of this volume saved its connection's state here
+	// and the kernel can resend, so the node plugin hands over the
+	// connection it kept (OpServe with TakeOver) instead of mounting again.
+	Resumable bool `json:"resumable,omitempty"`
+	// Mode, from a serving mounter: how the mount survives its mounter
+	// (ModeTakeover or ModeRepair).
+	Mode string `json:"mode,omitempty"`
 }
 
 // Health is fusefs.Health on the wire.
