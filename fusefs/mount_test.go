@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/test/miniotest"
 	"github.com/objfuse/objfuse/test/versitytest"
 )
@@ -120,12 +123,12 @@ func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := f.Mount(dir, "objfuse:test", true)
+	unmount, err := mountFor(t, f, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
+		if err := unmount(); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 		if err := f.Close(); err != nil {
@@ -133,6 +136,39 @@ func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, s
 		}
 	})
 	return f, dir
+}
+
+// takeoverMounts, set by OBJFUSE_TEST_TAKEOVER=1, runs the suites through
+// takeover.FS on a FUSE handle mounted the way the node plugin mounts it:
+// everything a mount does must work the same with its numbers translated.
+var takeoverMounts = os.Getenv("OBJFUSE_TEST_TAKEOVER") == "1"
+
+// mountFor mounts f at dir, through takeover.FS when takeoverMounts, and
+// returns how to unmount it.
+func mountFor(t testing.TB, f *fusefs.FS, dir string) (unmount func() error, err error) {
+	if !takeoverMounts {
+		srv, err := f.Mount(dir, "objfuse:test", true)
+		if err != nil {
+			return nil, err
+		}
+		return srv.Unmount, nil
+	}
+	fd, err := mounts.System{}.MountFUSE(dir, "objfuse:test", false)
+	if err != nil {
+		return nil, err
+	}
+	srv, _, err := f.ServeTakeover(fmt.Sprintf("/dev/fd/%d", fd), "objfuse:test", filepath.Join(t.TempDir(), "journal"), nil)
+	if err != nil {
+		syscall.Unmount(dir, syscall.MNT_DETACH)
+		return nil, err
+	}
+	return func() error {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			return err
+		}
+		srv.Wait()
+		return nil
+	}, nil
 }
 
 // stored reads an object straight from the store, bypassing the mount.

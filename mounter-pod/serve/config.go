@@ -35,7 +35,11 @@ type Config struct {
 	// gets its grace period less a margin; what is not uploaded by then
 	// is reported lost rather than killed with the process.
 	DrainTimeout time.Duration
-	Logger       *slog.Logger
+	// Takeover, in a mounter pod, serves the FUSE handle so that a
+	// successor can take the connection over when this process dies
+	// (package fusefs/takeover), journaling in StateDir.
+	Takeover bool
+	Logger   *slog.Logger
 }
 
 func (c Config) drainTimeout() time.Duration {
@@ -88,16 +92,24 @@ func (c Config) Open(ctx context.Context) (*fusefs.FS, error) {
 	opts.Prefix = c.Prefix
 	opts.Logger = c.Logger
 	if opts.JournalDir == "" {
-		opts.JournalDir = filepath.Join(opts.WithDefaults().StagingDir, c.journalName())
+		opts.JournalDir = filepath.Join(opts.WithDefaults().StagingDir, "objfuse-journal-"+c.volumeHash())
 	}
 	return fusefs.New(st, opts)
 }
 
-// journalName names the journal of files closed asynchronously after
-// what the mount serves: a mount started again on the same staging
-// directory uploads what its predecessor left, and mounts of other
-// buckets beside it keep to their own.
-func (c Config) journalName() string {
+// volumeHash names what a mount keeps on its staging directory after
+// what it serves: the journal of files closed asynchronously, and the
+// state a successor takes the connection over with. A mount started again
+// on the same staging directory finds what its predecessor left, and
+// mounts of other buckets beside it keep to their own.
+func (c Config) volumeHash() string {
 	sum := sha256.Sum256([]byte(c.S3.Endpoint + "\n" + c.Bucket + "\n" + c.Prefix))
-	return "objfuse-journal-" + hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:8])
+}
+
+// StateDir is where a mounter keeps what a successor needs to take its
+// FUSE connection over: on the staging volume (the mounter pod's
+// emptyDir), which outlives a restart of its container.
+func (c Config) StateDir() string {
+	return filepath.Join(c.FS.WithDefaults().StagingDir, "objfuse-state-"+c.volumeHash())
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/takeover"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 )
 
@@ -43,7 +44,7 @@ func Handoff(ctx context.Context, cfg Config, socket string) error {
 	}
 	// done exists from the start: the loop below selects on it before
 	// anything is served, and a nil channel there would never fire.
-	m := &mounter{cfg: cfg, fs: f, done: make(chan struct{})}
+	m := &mounter{cfg: cfg, fs: f, done: make(chan struct{}), state: connState{cfg.StateDir()}}
 	defer func() { m.current().Close() }()
 	if cfg.MetricsAddr != "" {
 		stop, err := serveMetrics(cfg.MetricsAddr, m.current, cfg.Source())
@@ -72,6 +73,7 @@ func Handoff(ctx context.Context, cfg Config, socket string) error {
 				// NodeUnstage: uploaded, then unmounted. Wait for the
 				// next NodeStage on this node, with a fresh filesystem
 				// (and read cache).
+				m.state.forget()
 				m.current().Close()
 				f, err := cfg.Open(ctx)
 				if err != nil {
@@ -84,7 +86,9 @@ func Handoff(ctx context.Context, cfg Config, socket string) error {
 			}
 			// Not released: the mount was aborted or torn down under us.
 			// Exit non-zero so that the pod restarts the mounter and the
-			// node plugin can mount the volume again.
+			// node plugin can mount the volume again; the connection is
+			// gone, and with it what a successor would take over.
+			m.state.forget()
 			cfg.Logger.Warn("FUSE connection ended without being released; exiting to be restarted")
 			err := fmt.Errorf("FUSE connection ended without being released")
 			if ferr := m.flush(); ferr != nil {
@@ -121,9 +125,14 @@ func Handoff(ctx context.Context, cfg Config, socket string) error {
 type mounter struct {
 	cfg Config
 
+	// state is where the served connection's state is kept for a
+	// successor (with cfg.Takeover).
+	state connState
+
 	mu       sync.Mutex
 	fs       *fusefs.FS
 	srv      *fuse.Server
+	tfs      *takeover.FS // nil without cfg.Takeover
 	done     chan struct{}
 	released bool
 }
@@ -138,7 +147,10 @@ func (m *mounter) wasReleased() bool {
 func (m *mounter) reset(f *fusefs.FS) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.fs, m.srv, m.done, m.released = f, nil, make(chan struct{}), false
+	if m.tfs != nil {
+		m.tfs.Close()
+	}
+	m.fs, m.srv, m.tfs, m.done, m.released = f, nil, nil, make(chan struct{}), false
 }
 
 // current is the filesystem being served, or to be served next.
@@ -195,7 +207,9 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 			syscall.Close(fd)
 		}
 		_, stopping := m.current().StopDeadline()
-		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src, Health: wireHealth(m.current().Health()), Stopping: stopping}
+		rep := handoff.Reply{OK: true, Serving: m.isServing(), Source: src, Health: wireHealth(m.current().Health()), Stopping: stopping, Mode: m.mode()}
+		rep.Resumable = !rep.Serving && m.cfg.Takeover && m.state.resumable()
+		return rep
 	case handoff.OpExit:
 		if fd >= 0 {
 			syscall.Close(fd)
@@ -219,11 +233,11 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		if fd < 0 {
 			return handoff.Reply{Error: "serve needs a FUSE handle attached", Source: src}
 		}
-		if err := m.serve(fd, req.MountGroup); err != nil {
+		if err := m.serve(fd, req.MountGroup, req.TakeOver); err != nil {
 			syscall.Close(fd)
 			return handoff.Reply{Error: err.Error(), Source: src}
 		}
-		return handoff.Reply{OK: true, Serving: true, Source: src}
+		return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
 	default:
 		if fd >= 0 {
 			syscall.Close(fd)
@@ -232,20 +246,33 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 	}
 }
 
-func (m *mounter) serve(fd int, mountGroup *uint32) error {
+func (m *mounter) serve(fd int, mountGroup *uint32, takeOver bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.srv != nil {
 		return fmt.Errorf("already serving a FUSE connection")
 	}
+	if takeOver && !m.cfg.Takeover {
+		return fmt.Errorf("this mounter runs without --takeover: it cannot take a connection over")
+	}
 	if mountGroup != nil {
 		m.fs.SetMountGroup(*mountGroup)
 	}
-	srv, err := m.fs.Mount(fmt.Sprintf("/dev/fd/%d", fd), m.cfg.Source(), false)
-	if err != nil {
-		return err
+	var (
+		srv *fuse.Server
+		err error
+	)
+	switch {
+	case takeOver:
+		srv, err = m.takeOver(fd)
+	case m.cfg.Takeover:
+		srv, err = m.serveTakeable(fd)
+	default:
+		if srv, err = m.fs.Mount(fmt.Sprintf("/dev/fd/%d", fd), m.cfg.Source(), false); err == nil {
+			err = srv.WaitMount()
+		}
 	}
-	if err := srv.WaitMount(); err != nil {
+	if err != nil {
 		return fmt.Errorf("serve FUSE handle: %w", err)
 	}
 	done := m.done

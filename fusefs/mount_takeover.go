@@ -1,0 +1,56 @@
+package fusefs
+
+import (
+	"fmt"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs/takeover"
+)
+
+// Resume is what a successor needs to serve a connection a predecessor
+// served: the kernel's INIT, which the kernel sends once per connection,
+// and the predecessor's journal of node ids and handles.
+type Resume struct {
+	Init  fuse.InitIn
+	Saved *takeover.Saved
+}
+
+// ServeTakeover serves the FUSE handle at fdPath (/dev/fd/N) so that a
+// successor can take the connection over: node ids and handles go
+// through a takeover.FS journaling at journalPath. With resume, the
+// connection is a predecessor's: no INIT is read, and what the
+// predecessor gave out is revived as the kernel uses it.
+func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (*fuse.Server, *takeover.FS, error) {
+	o := f.MountOptions(fsName)
+	if f.opts.ReadOnly {
+		o.Options = append(o.Options, "ro")
+	}
+	var prev *takeover.Saved
+	if resume != nil {
+		prev = resume.Saved
+		init := resume.Init
+		_ = init // FORK: o.ResumeInit = &init
+	}
+	tfs, err := takeover.New(journalPath, prev, f.opts.Logger, func(cb fs.ServerCallbacks) fuse.RawFileSystem {
+		opts := *o
+		opts.ServerCallbacks = cb
+		return fs.NewNodeFS(f.Root(), &opts)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := fuse.NewServer(tfs, fdPath, &o.MountOptions)
+	if err != nil {
+		tfs.Close()
+		return nil, nil, fmt.Errorf("serve %s on %s: %w", fsName, fdPath, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		tfs.Close()
+		return nil, nil, fmt.Errorf("serve %s on %s: %w", fsName, fdPath, err)
+	}
+	f.uploadRestored()
+	return srv, tfs, nil
+}

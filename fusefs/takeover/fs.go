@@ -1,0 +1,342 @@
+package takeover
+
+import (
+	"fmt"
+	"log/slog"
+	"path"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// FS is a fuse.RawFileSystem in front of another (go-fuse's node bridge)
+// that numbers nodes and handles itself, journals them, and, in a
+// successor, revives the numbers a predecessor gave out.
+type FS struct {
+	inner fuse.RawFileSystem
+	log   *slog.Logger
+
+	// server is the connection's server, for notifications (set by Init).
+	server atomic.Pointer[fuse.Server]
+
+	// mu guards the tables and the journal; it is never held across a
+	// call into inner, which may wait on S3.
+	mu       sync.Mutex
+	journal  *Journal
+	nodes    map[uint64]*node    // kernel node id → node
+	byInner  map[uint64]uint64   // inner node id → kernel node id
+	children map[childKey]uint64 // (parent, name) → kernel node id
+	handles  map[uint64]*handle
+	// old is what a predecessor gave out that the kernel has not used
+	// since: revived on first use, dropped when forgotten or released.
+	old        *Saved
+	nextNode   uint64
+	nextHandle uint64
+
+	// reviveMu makes revivals one at a time: two requests for one dead
+	// number must not revive it twice.
+	reviveMu sync.Mutex
+
+	stats Stats
+}
+
+// Stats count what takeovers did.
+type Stats struct {
+	RevivedNodes   atomic.Int64
+	RevivedHandles atomic.Int64
+	// LostHandles are handles whose writes were in a dead predecessor's
+	// memory: their writers get EIO.
+	LostHandles atomic.Int64
+	// Stale are numbers that could not be revived (their name is gone).
+	Stale atomic.Int64
+}
+
+type node struct {
+	inner uint64
+	// count is the lookups this FS holds on the inner node for it; the
+	// kernel's FORGET gives back at most that many.
+	count uint64
+	SavedNode
+}
+
+type childKey struct {
+	parent uint64
+	name   string
+}
+
+type handle struct {
+	inner uint64
+	SavedHandle
+	// lost: its unflushed writes died with a predecessor.
+	lost bool
+}
+
+// rootID is the root's node id, the same in every protocol and process.
+const rootID = fuse.FUSE_ROOT_ID
+
+// New returns an FS in front of the raw filesystem newInner makes, which
+// must send its notifications through the callbacks it is given (go-fuse:
+// fs.Options.ServerCallbacks), for they carry inner node ids. The journal
+// starts afresh at journalPath with what prev holds (nil for a new
+// connection; Load's result in a successor).
+func New(journalPath string, prev *Saved, log *slog.Logger, newInner func(fs.ServerCallbacks) fuse.RawFileSystem) (*FS, error) {
+	if prev == nil {
+		prev = newSaved()
+	}
+	j, err := Create(journalPath, prev)
+	if err != nil {
+		return nil, err
+	}
+	t := &FS{
+		log:        log,
+		journal:    j,
+		nodes:      map[uint64]*node{rootID: {inner: rootID, count: 1, SavedNode: SavedNode{Type: syscall.S_IFDIR}}},
+		byInner:    map[uint64]uint64{rootID: rootID},
+		children:   map[childKey]uint64{},
+		handles:    map[uint64]*handle{},
+		old:        prev,
+		nextNode:   max(prev.NextNode, firstNode),
+		nextHandle: max(prev.NextHandle, 1),
+	}
+	t.inner = newInner(callbacks{t})
+	return t, nil
+}
+
+// Stats are the counts of revivals and losses so far.
+func (t *FS) Stats() *Stats { return &t.stats }
+
+// Close closes the journal; Remove deletes it too (the connection ended).
+func (t *FS) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.journal.Close()
+}
+
+// Remove deletes the journal: nothing will take this connection over.
+func (t *FS) Remove() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.journal.Remove()
+}
+
+// record appends to the journal and compacts it when it has grown to
+// several times what it describes. Called with mu held.
+func (t *FS) record(format string, args ...any) {
+	if err := t.journal.append(fmt.Sprintf(format, args...)); err != nil {
+		t.log.Error("a successor could not take this connection over", "err", err)
+	}
+	live := len(t.nodes) + len(t.handles) + len(t.old.Nodes) + len(t.old.Handles)
+	if t.journal.records > 4*live+4096 {
+		if err := t.journal.rewrite(t.snapshot()); err != nil {
+			t.log.Error("compact takeover journal", "err", err)
+		}
+	}
+}
+
+// snapshot is the tables as a journal would hold them. Called with mu held.
+func (t *FS) snapshot() *Saved {
+	s := &Saved{Nodes: map[uint64]SavedNode{}, Handles: map[uint64]SavedHandle{},
+		NextNode: t.nextNode, NextHandle: t.nextHandle}
+	for id, n := range t.old.Nodes {
+		s.Nodes[id] = n
+	}
+	for fh, h := range t.old.Handles {
+		s.Handles[fh] = h
+	}
+	for id, n := range t.nodes {
+		if id != rootID {
+			s.Nodes[id] = n.SavedNode
+		}
+	}
+	for fh, h := range t.handles {
+		s.Handles[fh] = h.SavedHandle
+	}
+	return s
+}
+
+// innerNode is the inner node id for kernel node id, reviving it if a
+// predecessor gave it out.
+func (t *FS) innerNode(id uint64) (uint64, fuse.Status) {
+	t.mu.Lock()
+	n, ok := t.nodes[id]
+	t.mu.Unlock()
+	if ok {
+		return n.inner, fuse.OK
+	}
+	t.reviveMu.Lock()
+	defer t.reviveMu.Unlock()
+	return t.reviveNode(id)
+}
+
+// reviveNode looks a predecessor's node up again by its name, its parent
+// first. Called with reviveMu held.
+func (t *FS) reviveNode(id uint64) (uint64, fuse.Status) {
+	t.mu.Lock()
+	n, live := t.nodes[id]
+	saved, ok := t.old.Nodes[id]
+	t.mu.Unlock()
+	if live {
+		return n.inner, fuse.OK
+	}
+	if !ok {
+		t.log.Error("the kernel used a node id this mount never gave out", "node", id)
+		return 0, fuse.EIO
+	}
+	if saved.Parent == 0 {
+		return t.stale(id, "it has no name any more")
+	}
+	parent, st := t.reviveNode(saved.Parent)
+	if !st.Ok() {
+		return 0, st
+	}
+	var out fuse.EntryOut
+	st = t.inner.Lookup(nil, &fuse.InHeader{NodeId: parent}, saved.Name, &out)
+	if !st.Ok() || out.NodeId == 0 {
+		return t.stale(id, fmt.Sprintf("looking %q up again: %v", saved.Name, st))
+	}
+	if out.Mode&syscall.S_IFMT != saved.Type {
+		t.inner.Forget(out.NodeId, 1)
+		return t.stale(id, fmt.Sprintf("%q is now another type of file", saved.Name))
+	}
+	t.mu.Lock()
+	t.nodes[id] = &node{inner: out.NodeId, count: 1, SavedNode: saved}
+	if _, ok := t.byInner[out.NodeId]; !ok {
+		t.byInner[out.NodeId] = id
+	}
+	t.children[childKey{saved.Parent, saved.Name}] = id
+	delete(t.old.Nodes, id)
+	t.mu.Unlock()
+	t.stats.RevivedNodes.Add(1)
+	return out.NodeId, fuse.OK
+}
+
+func (t *FS) stale(id uint64, why string) (uint64, fuse.Status) {
+	t.stats.Stale.Add(1)
+	t.log.Warn("a file the kernel held from before the mounter restarted cannot be found again; its users get ESTALE", "node", id, "why", why)
+	return 0, fuse.Status(syscall.ESTALE)
+}
+
+// entered takes in a node the inner filesystem handed out under parent
+// (a kernel id) and name, and gives out its kernel id in out.
+func (t *FS) entered(parent uint64, name string, out *fuse.EntryOut) {
+	if out.NodeId == 0 {
+		return // a negative entry: nothing to number
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id, ok := t.byInner[out.NodeId]
+	if ok {
+		n := t.nodes[id]
+		n.count++
+		if name != "" && (n.Parent != parent || n.Name != name) && id != rootID {
+			// Known under another name (moved by another mount and
+			// found again): its latest name is how it is found.
+			t.rename(id, parent, name)
+		}
+		out.NodeId = id
+		return
+	}
+	id = t.nextNode
+	t.nextNode++
+	saved := SavedNode{Parent: parent, Name: name, Type: out.Mode & syscall.S_IFMT}
+	if name == "" {
+		saved.Parent = 0
+	}
+	t.nodes[id] = &node{inner: out.NodeId, count: 1, SavedNode: saved}
+	t.byInner[out.NodeId] = id
+	if saved.Parent != 0 {
+		t.unname(parent, name)
+		t.children[childKey{parent, name}] = id
+	}
+	t.record("%s", nodeRecord(id, saved))
+	out.NodeId = id
+}
+
+// rename moves node id to parent/name. Called with mu held.
+func (t *FS) rename(id, parent uint64, name string) {
+	n := t.nodes[id]
+	if n == nil {
+		return
+	}
+	if k := (childKey{n.Parent, n.Name}); t.children[k] == id {
+		delete(t.children, k)
+	}
+	t.unname(parent, name)
+	n.Parent, n.Name = parent, name
+	t.children[childKey{parent, name}] = id
+	t.record("m %d %d %s", id, parent, strconv.Quote(name))
+}
+
+// unname takes parent/name from whatever node had it. Called with mu held.
+func (t *FS) unname(parent uint64, name string) {
+	k := childKey{parent, name}
+	id, ok := t.children[k]
+	if !ok {
+		return
+	}
+	delete(t.children, k)
+	if n := t.nodes[id]; n != nil {
+		n.Parent, n.Name = 0, ""
+		t.record("u %d", id)
+	}
+}
+
+// forget gives back up to nlookup of the lookups held for kernel node id
+// and returns the inner id and how many to forget there.
+func (t *FS) forget(id, nlookup uint64) (inner, count uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nodes[id]
+	if !ok {
+		if _, old := t.old.Nodes[id]; old {
+			delete(t.old.Nodes, id)
+			t.record("f %d", id)
+		}
+		return 0, 0
+	}
+	// A revived node's count holds only this process's lookups; the
+	// kernel's includes its predecessors'.
+	count = min(nlookup, n.count)
+	n.count -= count
+	if n.count == 0 && id != rootID {
+		delete(t.nodes, id)
+		if t.byInner[n.inner] == id {
+			delete(t.byInner, n.inner)
+		}
+		if k := (childKey{n.Parent, n.Name}); t.children[k] == id {
+			delete(t.children, k)
+		}
+		t.record("f %d", id)
+	}
+	return n.inner, count
+}
+
+// pathOf is a node's path for messages, as far as it is known.
+func (t *FS) pathOf(id uint64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var parts []string
+	for range 256 {
+		if id == rootID {
+			break
+		}
+		var s SavedNode
+		if n, ok := t.nodes[id]; ok {
+			s = n.SavedNode
+		} else if o, ok := t.old.Nodes[id]; ok {
+			s = o
+		} else {
+			return fmt.Sprintf("node %d", id)
+		}
+		if s.Parent == 0 {
+			return path.Join(append([]string{"(removed)"}, parts...)...)
+		}
+		parts = append([]string{s.Name}, parts...)
+		id = s.Parent
+	}
+	return path.Join(append([]string{"/"}, parts...)...)
+}

@@ -1,0 +1,149 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"os"
+	"path/filepath"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/takeover"
+)
+
+// What a mounter keeps in Config.StateDir for a successor: the kernel's
+// INIT (sent once per connection, and the terms it is served on) beside
+// takeover.FS's journal of node ids and handles.
+const initFile = "init.json"
+
+// connState is a served connection's state directory.
+type connState struct{ dir string }
+
+func (s connState) journal() string { return takeover.Path(s.dir) }
+
+// saveInit keeps the kernel's INIT for a successor, written aside and
+// renamed so that a death midway leaves no half of it.
+func (s connState) saveInit(in *fuse.InitIn) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(s.dir, initFile+".new")
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+		return fmt.Errorf("save the kernel's INIT for a successor: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, initFile)); err != nil {
+		return fmt.Errorf("save the kernel's INIT for a successor: %w", err)
+	}
+	return nil
+}
+
+// resume reads what a predecessor left: an error if it left nothing a
+// successor can serve its connection with.
+func (s connState) resume() (*fusefs.Resume, error) {
+	body, err := os.ReadFile(filepath.Join(s.dir, initFile))
+	if err != nil {
+		return nil, fmt.Errorf("no connection to take over: %w", err)
+	}
+	var r fusefs.Resume
+	if err := json.Unmarshal(body, &r.Init); err != nil {
+		return nil, fmt.Errorf("the saved INIT is unreadable: %w", err)
+	}
+	if !canResend(&r.Init) {
+		return nil, errors.New("the kernel cannot resend the requests a dead mounter read (FUSE_NOTIFY_RESEND needs Linux 6.9 or later)")
+	}
+	if r.Saved, err = takeover.Load(s.journal()); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// resumable says whether a predecessor left a connection to take over,
+// without reading its journal (a status request asks it).
+func (s connState) resumable() bool {
+	body, err := os.ReadFile(filepath.Join(s.dir, initFile))
+	if err != nil {
+		return false
+	}
+	var in fuse.InitIn
+	if json.Unmarshal(body, &in) != nil || !canResend(&in) {
+		return false
+	}
+	_, err = os.Stat(s.journal())
+	return err == nil
+}
+
+// forget removes the state: the connection is gone (released and
+// unmounted, or aborted), and no successor may take it over.
+func (s connState) forget() {
+	os.Remove(filepath.Join(s.dir, initFile))
+	os.Remove(s.journal())
+}
+
+// canResend: requests a dead process read but never answered are lost
+// unless the kernel can queue them again for its successor.
+func canResend(in *fuse.InitIn) bool {
+	return in.Flags64()&fuse.CAP_HAS_RESEND != 0
+}
+
+// serveTakeable serves a new connection so that a successor can take it
+// over. Called with m.mu held.
+func (m *mounter) serveTakeable(fd int) (*fuse.Server, error) {
+	if err := os.MkdirAll(m.state.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory for a successor: %w", err)
+	}
+	m.state.forget() // a previous connection's, if any: this one is new
+	srv, tfs, err := m.fs.ServeTakeover(fdPath(fd), m.cfg.Source(), m.state.journal(), nil)
+	if err != nil {
+		return nil, err
+	}
+	m.tfs = tfs
+	if err := m.state.saveInit(srv.KernelSettings()); err != nil {
+		// Serve anyway: the mount works, only a crash will cost more.
+		m.cfg.Logger.Error("a successor will not be able to take this connection over", "err", err)
+	}
+	return srv, nil
+}
+
+// takeOver serves the live connection a predecessor served: without
+// INIT, reviving what the predecessor gave out as the kernel uses it,
+// after the kernel queues again what the predecessor read and never
+// answered. Called with m.mu held.
+func (m *mounter) takeOver(fd int) (*fuse.Server, error) {
+	r, err := m.state.resume()
+	if err != nil {
+		return nil, fmt.Errorf("take the connection over: %w", err)
+	}
+	srv, tfs, err := m.fs.ServeTakeover(fdPath(fd), m.cfg.Source(), m.state.journal(), r)
+	if err != nil {
+		return nil, fmt.Errorf("take the connection over: %w", err)
+	}
+	m.tfs = tfs
+	if st := resend(srv); !st.Ok() {
+		m.cfg.Logger.Error("the kernel did not resend what the previous mounter read; those calls wait until their callers give up", "status", st)
+	}
+	m.cfg.Logger.Info("took the FUSE connection over", "nodes", len(r.Saved.Nodes), "handles", len(r.Saved.Handles))
+	return srv, nil
+}
+
+// mode is how the served mount survives this mounter.
+func (m *mounter) mode() string {
+	if m.cfg.Takeover {
+		return handoff.ModeTakeover
+	}
+	return handoff.ModeRepair
+}
+
+func fdPath(fd int) string { return fmt.Sprintf("/dev/fd/%d", fd) }
+
+// resend asks the kernel to queue again what the predecessor read.
+func resend(srv *fuse.Server) fuse.Status {
+	r, ok := any(srv).(interface{ ResendNotify() fuse.Status })
+	if !ok {
+		return fuse.ENOSYS // FORK: until go-fuse has ResendNotify
+	}
+	return r.ResendNotify()
+}
