@@ -86,6 +86,11 @@ type Reply struct {
 	// Mode, from a serving mounter: how the mount survives its mounter
 	// (ModeTakeover or ModeRepair).
 	Mode string `json:"mode,omitempty"`
+	// Lent, in a mounter's answer to OpLend, is the handle to attach
+	// (SCM_RIGHTS) and close once sent; 0 attaches nothing, as handles
+	// to lend come from DupHandle, never 0, 1 or 2. Not in the JSON: a
+	// handle travels beside the answer.
+	Lent int `json:"-"`
 }
 
 // Health is fusefs.Health on the wire.
@@ -125,34 +130,14 @@ const (
 var ProblemKinds = []string{ProblemAccess, ProblemBucket, ProblemUnavailable}
 
 // Call sends req (with fd attached when fd >= 0) to the mounter listening
-// at socket and returns its reply.
+// at socket and returns its reply. A handle the mounter attaches is
+// closed: only CallFD takes one.
 func Call(ctx context.Context, socket string, req Request, fd int) (Reply, error) {
-	conn, err := dialSocket(ctx, socket)
-	if err != nil {
-		return Reply{}, fmt.Errorf("connect to mounter at %s: %w", socket, err)
+	rep, got, err := CallFD(ctx, socket, req, fd)
+	if got >= 0 {
+		syscall.Close(got)
 	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	uc := conn.(*net.UnixConn)
-	body, _ := json.Marshal(req)
-	var oob []byte
-	if fd >= 0 {
-		oob = syscall.UnixRights(fd)
-	}
-	if _, _, err := uc.WriteMsgUnix(body, oob, nil); err != nil {
-		return Reply{}, fmt.Errorf("send %s to mounter: %w", req.Op, err)
-	}
-	uc.CloseWrite()
-	rep, err := readReply(uc)
-	if err != nil {
-		return Reply{}, fmt.Errorf("read mounter's answer to %s: %w", req.Op, err)
-	}
-	if !rep.OK {
-		return rep, fmt.Errorf("mounter refused %s: %s", req.Op, rep.Error)
-	}
-	return rep, nil
+	return rep, err
 }
 
 // Probe asks the mounter at socket whether it is ready: listening, and
@@ -214,6 +199,10 @@ func handle(conn *net.UnixConn, h Handler) {
 		rep = h(req, fd)
 	}
 	rep.PID = os.Getpid()
+	if rep.Lent > 0 {
+		sendLent(conn, rep)
+		return
+	}
 	json.NewEncoder(conn).Encode(rep)
 }
 

@@ -68,6 +68,12 @@ func readReply(r io.Reader) (Reply, error) {
 	if len(body) > maxReply {
 		return rep, fmt.Errorf("an answer of more than %d bytes", maxReply)
 	}
+	return parseReply(body)
+}
+
+// parseReply reads the answer body, of at most maxReply bytes.
+func parseReply(body []byte) (Reply, error) {
+	var rep Reply
 	if len(bytes.TrimSpace(body)) == 0 {
 		return rep, errors.New("no answer (the mounter closed the connection)")
 	}

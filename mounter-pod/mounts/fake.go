@@ -16,11 +16,17 @@ import (
 // pipe that stands for /dev/fuse: for tests of the node plugin's
 // decisions without root or a FUSE daemon. A test sets how a mount
 // answers with SetDead and SetHung.
+//
+// A connection's handles are the read end of its pipe, and the
+// connection lives while the Fake holds the write end: until it is
+// aborted, its last mount is unmounted, or SetDead. Connection then
+// answers as the kernel does (poll sees the pipe hung up).
 type Fake struct {
 	mu     sync.Mutex
 	table  []mount.MountInfo
 	broken map[string]error // mountpoint → what Statfs answers
 	minor  int
+	conns  map[uint64]*fakeConn // pipe inode → connection
 	// Calls records each change made, in order ("mount-fuse /p", "bind
 	// /a /b", "unmount /p", "abort /p", "readahead /p 1016").
 	Calls []string
@@ -32,24 +38,73 @@ func (f *Fake) record(format string, args ...any) {
 	f.Calls = append(f.Calls, fmt.Sprintf(format, args...))
 }
 
+// fakeConn is a connection of a Fake: its number and the write end of
+// its pipe, nil once it ended.
+type fakeConn struct {
+	minor int
+	w     *os.File
+}
+
 // MountFUSE's handle is the read end of a pipe.
 func (f *Fake) MountFUSE(mountpoint, source string, readOnly bool) (int, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return -1, err
 	}
-	w.Close()
-	fd, err := unix.Dup(int(r.Fd()))
+	fd, err := unix.FcntlInt(r.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	r.Close()
 	if err != nil {
+		w.Close()
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		w.Close()
 		return -1, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.minor++
+	if f.conns == nil {
+		f.conns = map[uint64]*fakeConn{}
+	}
+	f.conns[st.Ino] = &fakeConn{minor: f.minor, w: w}
 	f.table = append(f.table, mount.MountInfo{MountPoint: mountpoint, Source: source, FsType: FSType, Minor: f.minor})
 	f.record("mount-fuse %s", mountpoint)
 	return fd, nil
+}
+
+// Connection knows the handles MountFUSE returned, and their duplicates.
+func (f *Fake) Connection(fd int) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("handle %d: %w: %w", fd, ErrNoConnection, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.conns[st.Ino]
+	if !ok || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return 0, fmt.Errorf("handle %d is no handle of this Fake: %w", fd, ErrNoConnection)
+	}
+	if c.w == nil {
+		return 0, fmt.Errorf("handle %d: connection %d ended: %w", fd, c.minor, ErrNoConnection)
+	}
+	return c.minor, nil
+}
+
+// endLocked ends connection minor, if nothing mounts it or it is
+// aborted (all).
+func (f *Fake) endLocked(minor int, all bool) {
+	if !all && slices.ContainsFunc(f.table, func(m mount.MountInfo) bool { return m.Minor == minor }) {
+		return
+	}
+	for _, c := range f.conns {
+		if c.minor == minor && c.w != nil {
+			c.w.Close()
+			c.w = nil
+		}
+	}
 }
 
 func (f *Fake) Bind(src, dst string, readOnly bool) error {
@@ -68,7 +123,16 @@ func (f *Fake) Bind(src, dst string, readOnly bool) error {
 func (f *Fake) UnmountAll(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.table = slices.DeleteFunc(f.table, func(m mount.MountInfo) bool { return m.MountPoint == path })
+	var gone []int
+	f.table = slices.DeleteFunc(f.table, func(m mount.MountInfo) bool {
+		if m.MountPoint == path {
+			gone = append(gone, m.Minor)
+		}
+		return m.MountPoint == path
+	})
+	for _, minor := range gone {
+		f.endLocked(minor, false)
+	}
 	delete(f.broken, path)
 	f.record("unmount %s", path)
 	return nil
@@ -82,6 +146,7 @@ func (f *Fake) Abort(m mount.MountInfo) error {
 			f.setLocked(other.MountPoint, syscall.ECONNABORTED)
 		}
 	}
+	f.endLocked(m.Minor, true)
 	f.record("abort %s", m.MountPoint)
 	return nil
 }
@@ -111,8 +176,16 @@ func (f *Fake) Statfs(path string, timeout time.Duration) (unix.Statfs_t, error)
 }
 
 // SetDead makes every mount of the connection at path answer as if its
-// daemon had exited (ENOTCONN).
-func (f *Fake) SetDead(path string) { f.set(path, syscall.ENOTCONN) }
+// daemon had exited (ENOTCONN), with no one else holding a handle: the
+// connection ends.
+func (f *Fake) SetDead(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setLocked(path, syscall.ENOTCONN)
+	if m, ok := At(f.table, path); ok {
+		f.endLocked(m.Minor, true)
+	}
+}
 
 // SetHung makes every mount of the connection at path not answer.
 func (f *Fake) SetHung(path string) { f.set(path, ErrHung) }

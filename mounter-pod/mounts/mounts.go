@@ -46,7 +46,21 @@ type Mounter interface {
 	// Statfs statfs()es path within timeout: ErrHung if it does not
 	// answer, ENOTCONN (IsDead) if its daemon is gone.
 	Statfs(path string, timeout time.Duration) (unix.Statfs_t, error)
+	// Connection is the FUSE connection fd is a handle of (one MountFUSE
+	// returned, or a duplicate): its number, the device minor that
+	// mountinfo shows for its mounts, or UnknownConnection where the
+	// kernel does not tell. An error wrapping ErrNoConnection says fd is
+	// not the handle of a live connection: another file, a handle never
+	// mounted, or a connection that ended (aborted, or unmounted).
+	Connection(fd int) (int, error)
 }
+
+// UnknownConnection is what Connection answers for a live FUSE handle
+// whose connection the kernel does not name.
+const UnknownConnection = -1
+
+// ErrNoConnection marks a handle that holds no live FUSE connection.
+var ErrNoConnection = errors.New("not the handle of a live FUSE connection")
 
 // At is the topmost mount at path in infos, if any.
 func At(infos []mount.MountInfo, path string) (mount.MountInfo, bool) {

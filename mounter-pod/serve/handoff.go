@@ -135,6 +135,7 @@ type mounter struct {
 	tfs      *takeover.FS // nil without cfg.Takeover
 	done     chan struct{}
 	released bool
+	served   servedHandle // for OpLend (lend.go)
 }
 
 func (m *mounter) wasReleased() bool {
@@ -238,6 +239,8 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 			return handoff.Reply{Error: err.Error(), Source: src}
 		}
 		return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
+	case handoff.OpLend:
+		return m.lend(fd)
 	default:
 		if fd >= 0 {
 			syscall.Close(fd)
@@ -258,6 +261,9 @@ func (m *mounter) serve(fd int, mountGroup *uint32, takeOver bool) error {
 	if mountGroup != nil {
 		m.fs.SetMountGroup(*mountGroup)
 	}
+	if err := m.served.keep(fd); err != nil { // before go-fuse owns fd
+		return fmt.Errorf("keep a duplicate of the FUSE handle: %w", err)
+	}
 	var (
 		srv *fuse.Server
 		err error
@@ -273,10 +279,11 @@ func (m *mounter) serve(fd int, mountGroup *uint32, takeOver bool) error {
 		}
 	}
 	if err != nil {
+		m.served.drop()
 		return fmt.Errorf("serve FUSE handle: %w", err)
 	}
 	done := m.done
-	go func() { srv.Wait(); close(done) }()
+	go func() { srv.Wait(); m.served.drop(); close(done) }()
 	m.srv = srv
 	m.cfg.Logger.Info("serving", "source", m.cfg.Source())
 	return nil
