@@ -84,6 +84,12 @@ type Options struct {
 	ProbeTimeout time.Duration
 	// MounterWait bounds NodeStage's wait for the mounter's socket; 0 means 60s.
 	MounterWait time.Duration
+	// MountTakeover keeps a handle of each staged volume's FUSE
+	// connection in the node plugin, so that the connection outlives its
+	// mounter and a restarted mounter that can resume it takes it over
+	// (pods see a pause). Off, a mounter's death ends the connection and
+	// the node mounts the volume again (node_reconcile.go).
+	MountTakeover bool
 
 	Logger *slog.Logger
 }
@@ -170,9 +176,12 @@ func (d *Driver) newNodeServer() *nodeServer {
 	o := d.opts
 	n := &nodeServer{
 		nodeID: o.NodeID, kubeletDir: o.KubeletDir, mounts: o.Mounts,
-		state:   newNodeState(o.StateDir, d.metrics.abnormal, d.log),
-		repairs: d.metrics.repairs, log: d.log,
+		state:   newNodeState(o.StateDir, d.metrics.abnormal, d.metrics.survival, d.log),
+		repairs: d.metrics.repairs, takeovers: d.metrics.takeovers, takeoverFallbacks: d.metrics.takeoverFallbacks, log: d.log,
 		probeTimeout: o.ProbeTimeout, mounterWait: o.MounterWait, reconcileEvery: o.ReconcileEvery,
+	}
+	if o.MountTakeover {
+		n.keeper = newConnKeeper(o.Mounts.Connection)
 	}
 	if o.KubeClient != nil {
 		n.finder = &lifecycle.Finder{Client: o.KubeClient, Namespace: o.Namespace}

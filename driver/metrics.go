@@ -19,6 +19,12 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	repairs  prometheus.Counter
 	abnormal prometheus.Gauge
+	// takeovers and takeoverFallbacks count connections handed to a
+	// successor mounter, and the ones that could not be (and were
+	// repaired instead); survival is each staged volume's survival mode.
+	takeovers         prometheus.Counter
+	takeoverFallbacks prometheus.Counter
+	survival          *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -37,8 +43,17 @@ func newMetrics() *metrics {
 		abnormal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "objfuse", Name: "abnormal_volumes", Help: "Staged volumes whose mount does not answer, or whose S3 requests fail for a reason a person must fix (refused credentials, a deleted bucket, an endpoint gone).",
 		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "mount_takeovers_total", Help: "FUSE connections kept by the node plugin and handed to a restarted mounter, which resumed them: the pods saw a pause, not an error.",
+		}),
+		takeoverFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "mount_takeover_fallbacks_total", Help: "FUSE connections kept by the node plugin that no successor mounter could take over: aborted and repaired instead (see the ObjfuseTakeoverFailed Events).",
+		}),
+		survival: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "objfuse", Name: "volume_survival_mode", Help: "1 for the way each staged volume's mount survives its mounter: takeover (the connection outlives it, pods see a pause) or repair (mounted again, only HostToContainer pods see it back), as its mounter last said and the node plugin can do.",
+		}, []string{"volume", "mode"}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal,
+	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.takeovers, m.takeoverFallbacks, m.survival,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -50,6 +50,9 @@ const (
 	reasonS3Recovered  = "ObjfuseS3Recovered"
 	reasonUploadFailed = "ObjfuseUploadFailed"
 	reasonConflict     = "ObjfuseWriteConflict"
+	// A mounter's connection handed to its successor, or why not.
+	reasonTakenOver      = "ObjfuseMountTakenOver"
+	reasonTakeoverFailed = "ObjfuseTakeoverFailed"
 )
 
 func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) error {

@@ -38,6 +38,8 @@ func (n *nodeServer) reconcile(ctx context.Context) {
 	}
 	forgetUnstaged(n.state.healthNotes, staged)
 	forgetUnstaged(n.state.hangs, staged)
+	forgetUnstaged(n.state.takeoverSince, staged)
+	forgetUnstaged(n.state.lendAsked, staged)
 }
 
 // forgetUnstaged drops what the loop keeps of volumes no longer staged.
@@ -127,13 +129,30 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
 	}
 	perr := n.checkMounts(st)
-	serving := false
+	// A kept connection changes what a hung mount means: its mounter may
+	// be dead, its requests queued for a successor (node_takeover.go).
+	_, kept := n.keeper.connection(volumeID)
+	serving, gaveUp := false, false
 	if errors.Is(perr, mounts.ErrHung) {
 		rep, err := status()
 		serving = err == nil && rep.Serving
+		if kept {
+			switch n.handOver(ctx, st, &socket, rep, err) {
+			case takeoverNow, takeoverWait:
+				return
+			case takeoverGiveUp:
+				gaveUp = true
+			}
+		}
 	}
 	step, hangs := decideRepair(perr, n.state.hangs[volumeID], serving)
+	if gaveUp {
+		step, hangs = stepAbortAndRepair, 0
+	}
 	n.state.hangs[volumeID] = hangs
+	if step != stepAbortAndRepair {
+		delete(n.state.takeoverSince, volumeID)
+	}
 	switch step {
 	case stepHealthy:
 		rep, err := status()
@@ -143,6 +162,11 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 			n.state.setAbnormal(volumeID, n.state.healthNotes[volumeID].why)
 			return
 		}
+		if n.keeper != nil && !kept && rep.Serving {
+			n.borrowConnection(ctx, st, socket, rep.PID)
+			_, kept = n.keeper.connection(volumeID)
+		}
+		n.state.setMode(volumeID, survivalMode(kept, rep.Mode))
 		var h handoff.Health
 		if rep.Health != nil {
 			h = *rep.Health
@@ -160,6 +184,9 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		n.state.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount does not answer (%v)", perr))
 		return
 	case stepAbortAndRepair:
+		if kept && !gaveUp {
+			n.giveUpTakeover(ctx, st, "its mounter accepts connections on its socket but does not answer: stuck, not restarting")
+		}
 		if m, ok, _ := mounts.Mounted(n.mounts, st.Staging); ok && m.FsType == mounts.FSType {
 			if err := n.mounts.Abort(m); err != nil {
 				n.log.Error("abort hung mount", "volume", volumeID, "err", err)
@@ -167,6 +194,9 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 				n.log.Warn("aborted hung FUSE connection", "volume", volumeID)
 			}
 		}
+		// After the abort: closing the last handle of a connection would
+		// end it too, but not while a stuck mounter still holds one.
+		n.keeper.drop(volumeID)
 	case stepRepair:
 		if !mounts.IsDead(perr) {
 			n.log.Info("mount needs repair", "volume", volumeID, "why", perr)

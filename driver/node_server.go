@@ -25,16 +25,21 @@ type nodeServer struct {
 	kubeletDir string // where mounter sockets live, in pod directories
 	// finder finds a mounter pod that replaced a volume's; nil outside a
 	// cluster.
-	finder         *lifecycle.Finder
-	mounts         mounts.Mounter
-	events         EventSink
-	state          *nodeState
-	locks          keyLocks           // by volume id
-	repairs        prometheus.Counter // mounts rebuilt
-	log            *slog.Logger
-	probeTimeout   time.Duration // bounds a check of a FUSE mount
-	mounterWait    time.Duration // bounds NodeStage's wait for the mounter's socket
-	reconcileEvery time.Duration // how often the mounts are checked
+	finder  *lifecycle.Finder
+	mounts  mounts.Mounter
+	events  EventSink
+	state   *nodeState
+	locks   keyLocks           // by volume id
+	repairs prometheus.Counter // mounts rebuilt
+	// keeper keeps the volumes' FUSE connections for a successor mounter
+	// to take over; nil with takeover off.
+	keeper            *connKeeper
+	takeovers         prometheus.Counter
+	takeoverFallbacks prometheus.Counter
+	log               *slog.Logger
+	probeTimeout      time.Duration // bounds a check of a FUSE mount
+	mounterWait       time.Duration // bounds NodeStage's wait for the mounter's socket
+	reconcileEvery    time.Duration // how often the mounts are checked
 }
 
 var _ csi.NodeServer = (*nodeServer)(nil)
@@ -74,15 +79,18 @@ func (n *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	if _, known := st.Targets[path]; !known && path != st.Staging {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", req.GetVolumeId(), path)
 	}
+	// When abnormal, the condition says how the mount survives its
+	// mounter: whether the pods wait for a takeover or for a repair.
+	mode := n.state.mode(req.GetVolumeId())
 	if why := n.state.abnormalReason(req.GetVolumeId()); why != "" {
-		return abnormal(why), nil
+		return abnormal(withMode(why, mode)), nil
 	}
 	if _, ok, _ := mounts.Mounted(n.mounts, path); !ok {
-		return abnormal(fmt.Sprintf("%s is not mounted", path)), nil
+		return abnormal(withMode(fmt.Sprintf("%s is not mounted", path), mode)), nil
 	}
 	fs, err := n.mounts.Statfs(path, n.probeTimeout)
 	if err != nil {
-		return abnormal(fmt.Sprintf("the mount does not answer: %v (the node plugin repairs it once its mounter is back)", err)), nil
+		return abnormal(withMode(fmt.Sprintf("the mount does not answer: %v (the node plugin repairs it once its mounter is back)", err), mode)), nil
 	}
 	bs := int64(fs.Bsize)
 	condition := "mounted and answering"

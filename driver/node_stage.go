@@ -72,7 +72,7 @@ func (n *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		if old.MounterUID == st.MounterUID {
 			st.ToldLostUploads, st.ToldConflicts = old.ToldLostUploads, old.ToldConflicts
 		}
-		if n.healthy(st.Staging) {
+		if n.healthy(st.Staging) || n.awaitingTakeover(st) {
 			if old.MounterUID != st.MounterUID || old.ReadOnly != st.ReadOnly {
 				// A replaced mounter pod: repairs must find the new one.
 				if err := n.state.save(st); err != nil {
@@ -105,12 +105,26 @@ func (n *nodeServer) healthy(path string) bool {
 	return err == nil
 }
 
+// awaitingTakeover says whether st's mount is at its staging path with
+// its connection kept for a successor mounter: a mount that hangs while
+// its mounter restarts is staged all the same, and mounting it again
+// would fail the requests a takeover is about to resume.
+func (n *nodeServer) awaitingTakeover(st *stagedVolume) bool {
+	conn, kept := n.keeper.connection(st.VolumeID)
+	if !kept {
+		return false
+	}
+	m, ok, err := mounts.Mounted(n.mounts, st.Staging)
+	return err == nil && ok && m.FsType == mounts.FSType && (conn == mounts.UnknownConnection || conn == m.Minor)
+}
+
 // mountVolume (re)builds st's mounts: a fresh FUSE mount at the staging
 // path served by the mounter, bound at every target.
 func (n *nodeServer) mountVolume(ctx context.Context, st *stagedVolume) error {
 	if err := n.mounts.UnmountAll(st.Staging); err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 	}
+	n.keeper.drop(st.VolumeID) // the connection replaced, after its unmount
 	// The FUSE filesystem is mounted at the staging path itself: kubelet
 	// refuses NodeUnstage while the filesystem is mounted anywhere else
 	// outside its own directories (GetDeviceMountRefs).
@@ -160,11 +174,14 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 	}
 	_, err = handoff.Call(wctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup}, fd)
-	closeFD(fd)
 	if err != nil {
+		closeFD(fd)
 		n.mounts.UnmountAll(mnt)
 		return status.Errorf(codes.Unavailable, "volume %s: hand the FUSE handle to the mounter: %v", st.VolumeID, err)
 	}
+	// The node's handle is kept, so that the connection outlives the
+	// mounter (closed at once with takeover off).
+	n.keeper.keep(st.VolumeID, fd)
 	// The mounter answered INIT before "serving", so the kernel's
 	// readahead can be raised now; the mount works without it, slower.
 	if err := n.mounts.TuneReadahead(mnt, mounts.ReadaheadKiB); err != nil {
@@ -195,12 +212,16 @@ func (n *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if err := n.mounts.UnmountAll(req.GetStagingTargetPath()); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
 	}
+	// After the unmount: the connection ends with it, and a pod's
+	// request still waiting on it fails rather than waits forever.
+	n.keeper.drop(req.GetVolumeId())
 	if err := os.RemoveAll(n.state.volumeDir(req.GetVolumeId())); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
 	}
 	removeEmptyDir(req.GetStagingTargetPath())
 	n.state.setAbnormal(req.GetVolumeId(), "")
 	n.state.setPending(req.GetVolumeId(), "")
+	n.state.setMode(req.GetVolumeId(), "")
 	n.log.Info("unstaged", "volume", req.GetVolumeId())
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -73,21 +74,30 @@ type nodeState struct {
 	log *slog.Logger
 	// gauge counts the abnormal volumes, for the driver's metrics.
 	gauge prometheus.Gauge
+	// survival is the driver's metric of each volume's survival mode.
+	survival *prometheus.GaugeVec
 
 	mu       sync.Mutex
 	abnormal map[string]string // volume id → why its mount is broken
 	pending  map[string]string // volume id → what waits for its upload (pendingNote)
+	modes    map[string]string // volume id → survival mode (handoff.Mode*)
 
 	// The reconcile loop's own memory, which only it reads and writes:
 	// checks in a row each volume hung, and what the node last told each
 	// volume's pods about its mounter's health.
 	hangs       map[string]int
 	healthNotes map[string]healthNote
+	// takeoverSince is when each hung volume whose connection the node
+	// keeps began to wait for a successor mounter; lendAsked is the
+	// mounter process (pid) last asked to lend each volume's handle.
+	takeoverSince map[string]time.Time
+	lendAsked     map[string]int
 }
 
-func newNodeState(dir string, gauge prometheus.Gauge, log *slog.Logger) *nodeState {
-	return &nodeState{dir: dir, log: log, gauge: gauge, abnormal: map[string]string{}, pending: map[string]string{},
-		hangs: map[string]int{}, healthNotes: map[string]healthNote{}}
+func newNodeState(dir string, gauge prometheus.Gauge, survival *prometheus.GaugeVec, log *slog.Logger) *nodeState {
+	return &nodeState{dir: dir, log: log, gauge: gauge, survival: survival, abnormal: map[string]string{}, pending: map[string]string{},
+		modes: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{},
+		takeoverSince: map[string]time.Time{}, lendAsked: map[string]int{}}
 }
 
 // podsAt are the pods the volumes staged here were published at targets
@@ -190,6 +200,26 @@ func keepNote(notes map[string]string, volumeID, note string) {
 	} else {
 		notes[volumeID] = note
 	}
+}
+
+// setMode keeps volumeID's survival mode, for NodeGetVolumeStats and
+// the metric; "" forgets it (unstaged).
+func (s *nodeState) setMode(volumeID, mode string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.modes[volumeID]; old != "" && old != mode {
+		s.survival.DeleteLabelValues(volumeID, old)
+	}
+	keepNote(s.modes, volumeID, mode)
+	if mode != "" {
+		s.survival.WithLabelValues(volumeID, mode).Set(1)
+	}
+}
+
+func (s *nodeState) mode(volumeID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.modes[volumeID]
 }
 
 func (s *nodeState) pendingNote(volumeID string) string {

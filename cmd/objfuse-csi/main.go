@@ -59,6 +59,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.StringVar(&o.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's root directory (node mode)")
 	fl.StringVar(&o.StateDir, "state-dir", "/var/lib/objfuse", "where FUSE mountpoints and volume state live (node mode)")
 	fl.DurationVar(&o.ReconcileEvery, "reconcile-interval", 5*time.Second, "how often the node checks its mounts")
+	fl.BoolVar(&o.MountTakeover, "mount-takeover", true, "keep each volume's FUSE connection so that it outlives its mounter and a restarted mounter takes it over (node mode); false: a mounter's death ends the connection and the node mounts the volume again")
 	fl.StringVar(&f.healthAddr, "health-addr", "", "serve /healthz and /metrics on this host:port")
 	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets")
 	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template (controller mode)")

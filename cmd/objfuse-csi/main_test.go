@@ -16,3 +16,14 @@ func TestCredentialsForVolumesNeedsADirectory(t *testing.T) {
 		t.Fatalf("with a directory: %v", err)
 	}
 }
+
+// Takeover is on unless turned off (the e2e turns it off to stand for a
+// kernel that cannot resend).
+func TestMountTakeoverIsOnByDefault(t *testing.T) {
+	for args, want := range map[string]bool{"": true, "--mount-takeover=false": false, "--mount-takeover": true} {
+		f, err := parse(append([]string{"--mode", "node"}, strings.Fields(args)...), io.Discard)
+		if err != nil || f.opts.MountTakeover != want {
+			t.Errorf("%q: takeover %v (%v), want %v", args, f != nil && f.opts.MountTakeover, err, want)
+		}
+	}
+}

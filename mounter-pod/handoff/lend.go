@@ -67,8 +67,10 @@ func readReplyWithHandles(uc *net.UnixConn) (Reply, []int, error) {
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
 		n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
-		fds = append(fds, receivedFDs(oob[:oobn])...)
-		all = append(all, buf[:n]...)
+		// A failed read (a timeout: a mounter that does not answer) may
+		// say -1 for its counts.
+		fds = append(fds, receivedFDs(oob[:max(oobn, 0)])...)
+		all = append(all, buf[:max(n, 0)]...)
 		switch {
 		case flags&unix.MSG_CTRUNC != 0:
 			return Reply{}, fds, errors.New("more handles attached than expected")

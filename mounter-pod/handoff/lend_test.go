@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,4 +129,20 @@ func pipeName(t *testing.T, fd int) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// A mounter that accepts and never answers fails the call at its
+// deadline (and the failed read's counts are no slice bounds).
+func TestASilentMounterTimesOut(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), SocketName)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, fd, err := CallFD(ctx, socket, Request{Op: OpStatus}, -1); err == nil || fd != -1 {
+		t.Fatalf("a silent mounter: handle %d, %v; want a timeout", fd, err)
+	}
 }
