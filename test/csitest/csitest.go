@@ -48,6 +48,10 @@ type Options struct {
 	// DefaultCredentialsForVolumes lets requests without secrets use the
 	// driver's own credentials (--s3-credentials-for-volumes).
 	DefaultCredentialsForVolumes bool
+	// MountTakeover keeps the volumes' FUSE connections in the node
+	// (--mount-takeover; off by default here, where the repair tests
+	// stand for a kernel that cannot resend).
+	MountTakeover bool
 }
 
 // Env is a running driver.
@@ -155,6 +159,7 @@ func Start(t testing.TB, o Options) *Env {
 		ReconcileEvery:               o.ReconcileEvery,
 		Events:                       o.Events,
 		MounterWait:                  20 * time.Second,
+		MountTakeover:                o.MountTakeover,
 		Logger:                       log,
 	})
 	if err != nil {

@@ -1,0 +1,55 @@
+package driver_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/test/csitest"
+)
+
+// With takeover on, the node keeps the kernel's connection: a killed
+// mounter leaves its mount hung, not dead (requests wait). The restarted
+// mounter of this tree cannot resume it, so the node falls back: aborts
+// the connection, mounts again, and tells the pod both why there was no
+// takeover and that the volume was mounted again. Real FUSE, real
+// handles, a real mounter process.
+func TestKilledMounterThatCannotResumeIsRepaired(t *testing.T) {
+	events := &podEvents{}
+	env := csitest.Start(t, csitest.Options{ReconcileEvery: time.Second, MountTakeover: true, Events: events})
+	staging, target := filepath.Join(env.Dir, "staging"), filepath.Join(env.Dir, "target")
+	id, _ := publishedVolume(t, env, "pvc-keep", staging, map[string]bool{target: false})
+	data := bytes.Repeat([]byte("kept\n"), 100)
+	if err := os.WriteFile(filepath.Join(target, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := spec.Mounter{VolumeID: id, NodeID: csitest.NodeID}
+	pid := env.Launcher.PID(m)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	took := poll(t, 60*time.Second, "repaired with both Events", func() bool {
+		// A read may wait on the kept connection until it is aborted:
+		// bounded here, never a blocked test.
+		done := make(chan bool, 1)
+		go func() {
+			b, err := os.ReadFile(filepath.Join(target, "f"))
+			done <- err == nil && bytes.Equal(b, data)
+		}()
+		select {
+		case ok := <-done:
+			return ok && len(events.with("ObjfuseMountRepaired")) == 1 && len(events.with("ObjfuseTakeoverFailed")) == 1
+		case <-time.After(500 * time.Millisecond):
+			return false
+		}
+	})
+	if why := events.with("ObjfuseTakeoverFailed")[0].message; !strings.Contains(why, "cannot resume") {
+		t.Fatalf("takeover failed Event: %q, want it to say the mounter cannot resume", why)
+	}
+	t.Logf("repaired %s after the mounter was killed (pid %d → %d)", took, pid, env.Launcher.PID(m))
+}
