@@ -415,16 +415,20 @@ func TestARestartedMounterTakesTheConnectionOver(t *testing.T) {
 func TestNoTakeoverFallsBackToRepair(t *testing.T) {
 	cases := []struct {
 		name  string
-		setup   func(e *takeoverEnv)
+		setup func(e *takeoverEnv)
+		// stuck: the mounter is aborted on this check, and restarts
+		// (its connection ended) for the next one to repair.
+		stuck   bool
 		wantWhy string
 	}{
-		{"the restarted mounter cannot resume", func(e *takeoverEnv) { e.restartMounter(false) }, "cannot resume"},
-		{"the takeover fails", func(e *takeoverEnv) { e.restartMounter(true).set(func(m *fakeMounter) { m.refuseTakeOver = true }) }, "could not take it over: mounter refused serve: the saved state does not match"},
+		{"the restarted mounter cannot resume", func(e *takeoverEnv) { e.restartMounter(false) }, false, "cannot resume"},
+		{"the takeover fails", func(e *takeoverEnv) { e.restartMounter(true).set(func(m *fakeMounter) { m.refuseTakeOver = true }) }, false,
+			"could not take it over: mounter refused serve: the saved state does not match"},
 		{"stuck mounter", func(e *takeoverEnv) {
 			e.mounter.die()
 			stuck(e.t, e.socket)
 			e.d.node.state.hangs["vol"] = hangsBeforeAbort - 1
-		}, "stuck"},
+		}, true, "stuck"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -433,9 +437,7 @@ func TestNoTakeoverFallsBackToRepair(t *testing.T) {
 			tc.setup(e)
 			e.fake.SetHung(e.staging)
 			calls := len(e.fake.Calls)
-			if tc.name == "stuck mounter" {
-				// Stuck, then restarted by the abort's end of its
-				// connection: a fresh mounter mounts the volume again.
+			if tc.stuck {
 				e.reconcile()
 				e.mounter = startMounter(t, e.socket, false, handoff.ModeRepair)
 			}
