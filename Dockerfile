@@ -10,6 +10,8 @@ ARG GO_VERSION=1.26.8
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# go.mod replaces go-fuse with this fork; its go.mod is needed to resolve.
+COPY third_party/go-fuse/go.mod third_party/go-fuse/go.sum ./third_party/go-fuse/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=v0.1.0-dev
