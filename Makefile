@@ -15,9 +15,11 @@ test: unit fuzz e2e
 
 # Unit and behaviour suites on memory and a real MinIO (each test starts its
 # own), the CLI, csi-sanity and node tests, with the race detector. Needs
-# root and /dev/fuse.
+# root and /dev/fuse. Then the takeover tests of our go-fuse fork, its own
+# module, which ./... does not reach (third_party/go-fuse/README.objfuse.md).
 unit:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
+	cd third_party/go-fuse && CGO_ENABLED=1 go test -race -count=1 -timeout 2m -run 'Resume|Resend|Epoch' ./fuse/
 
 # Every fuzz target for FUZZTIME (default 50000x, inputs) each (test/fuzz.sh).
 fuzz:

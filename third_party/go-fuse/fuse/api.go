@@ -387,6 +387,25 @@ type MountOptions struct {
 	// ExtraCapabilities is a bitmask of capabilities which
 	// must be enabled in addition to the defaults.
 	ExtraCapabilities uint64
+
+	// ResumeInit, if set, makes NewServer take over a FUSE
+	// connection that another server already initialized, for
+	// example one whose process died while a duplicate of its
+	// /dev/fuse file descriptor was kept elsewhere (pass the fd
+	// with the magic /dev/fd/N mountpoint). The kernel sends INIT
+	// only once per connection, so NewServer does not read it:
+	// it negotiates from this message, which should be the
+	// previous server's KernelSettings(), and sends no reply.
+	//
+	// The kernel keeps what the previous server answered, so the
+	// options that shape the INIT reply (MaxWrite, MaxReadAhead,
+	// MaxBackground, capabilities, locks, ACLs, ...) must be the
+	// ones the previous server used; otherwise this server
+	// believes in a protocol the kernel does not speak.
+	//
+	// Requests the previous server read but did not answer stay
+	// lost until ResendNotify asks the kernel to queue them again.
+	ResumeInit *InitIn
 }
 
 // RawFileSystem is an interface close to the FUSE wire protocol.

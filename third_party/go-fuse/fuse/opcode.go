@@ -74,8 +74,10 @@ const (
 	_OP_NOTIFY_RETRIEVE_CACHE = uint32(103)
 	_OP_NOTIFY_DELETE         = uint32(104) // protocol version 18
 	_OP_NOTIFY_PRUNE          = uint32(105) // protocol version 45
+	_OP_NOTIFY_RESEND         = uint32(106) // protocol version 40, CAP_HAS_RESEND
+	_OP_NOTIFY_INC_EPOCH      = uint32(107) // protocol version 44
 
-	_OPCODE_COUNT = uint32(106)
+	_OPCODE_COUNT = uint32(108)
 
 	// Constants from Linux kernel fs/fuse/fuse_i.h
 	// Default MaxPages value in all kernel versions
@@ -87,16 +89,23 @@ const (
 ////////////////////////////////////////////////////////////////
 
 func doInit(server *protocolServer, req *request) {
-	input := (*InitIn)(req.inData())
+	req.status = server.negotiateInit((*InitIn)(req.inData()), (*InitOut)(req.outData()))
+}
+
+// negotiateInit checks the kernel's INIT message, records it as the
+// kernel settings and fills in the reply with what this server asks
+// for, recording the flags it agrees to. It is shared by doInit and by
+// NewServer with MountOptions.ResumeInit, so a server taking over a
+// connection ends up in the state its predecessor told the kernel
+// about.
+func (server *protocolServer) negotiateInit(input *InitIn, out *InitOut) Status {
 	if input.Major != _FUSE_KERNEL_VERSION {
 		log.Printf("Major versions does not match. Given %d, want %d\n", input.Major, _FUSE_KERNEL_VERSION)
-		req.status = EIO
-		return
+		return EIO
 	}
 	if input.Minor < _MINIMUM_MINOR_VERSION {
 		log.Printf("Minor version is less than we support. Given %d, want at least %d\n", input.Minor, _MINIMUM_MINOR_VERSION)
-		req.status = EIO
-		return
+		return EIO
 	}
 
 	kernelFlags := input.Flags64()
@@ -134,7 +143,6 @@ func doInit(server *protocolServer, req *request) {
 		congestionThreshold = server.opts.MaxBackground * 3 / 4
 	}
 
-	out := (*InitOut)(req.outData())
 	*out = InitOut{
 		Major:               _FUSE_KERNEL_VERSION,
 		Minor:               _OUR_MINOR_VERSION,
@@ -154,7 +162,7 @@ func doInit(server *protocolServer, req *request) {
 		out.Minor = input.Minor
 	}
 
-	req.status = OK
+	return OK
 }
 
 func doOpen(server *protocolServer, req *request) {
@@ -622,6 +630,8 @@ func init() {
 		_OP_NOTIFY_STORE_CACHE:    "NOTIFY_STORE",
 		_OP_NOTIFY_RETRIEVE_CACHE: "NOTIFY_RETRIEVE",
 		_OP_NOTIFY_DELETE:         "NOTIFY_DELETE",
+		_OP_NOTIFY_RESEND:         "NOTIFY_RESEND",
+		_OP_NOTIFY_INC_EPOCH:      "NOTIFY_INC_EPOCH",
 		_OP_FALLOCATE:             "FALLOCATE",
 		_OP_READDIRPLUS:           "READDIRPLUS",
 		_OP_RENAME2:               "RENAME2",

@@ -407,17 +407,15 @@ func (ms *Server) Wait() {
 }
 
 func (ms *Server) handleInit() Status {
-	// The first request should be INIT; read it synchronously,
-	// and don't spawn new readers.
-	orig := ms.singleReader
-	ms.singleReader = true
-	req, errNo := ms.fuseFD.readRequest()
-	ms.singleReader = orig
-
-	if errNo != OK || req == nil {
-		return errNo
-	}
-	if code := ms.handleRequest(req); !code.Ok() {
+	if in := ms.opts.ResumeInit; in != nil {
+		// The connection was initialized by an earlier
+		// server: the kernel will not send INIT again, and
+		// must not get a second reply.
+		var out InitOut
+		if code := ms.negotiateInit(in, &out); !code.Ok() {
+			return code
+		}
+	} else if code := ms.readInit(); !code.Ok() {
 		return code
 	}
 
@@ -429,6 +427,21 @@ func (ms *Server) handleInit() Status {
 	// incoming requests, so the file system can setup itself.
 	ms.fileSystem.Init(ms)
 	return OK
+}
+
+// readInit reads and answers the kernel's INIT request.
+func (ms *Server) readInit() Status {
+	// The first request should be INIT; read it synchronously,
+	// and don't spawn new readers.
+	orig := ms.singleReader
+	ms.singleReader = true
+	req, errNo := ms.fuseFD.readRequest()
+	ms.singleReader = orig
+
+	if errNo != OK || req == nil {
+		return errNo
+	}
+	return ms.handleRequest(req)
 }
 
 // loop is the FUSE event loop. The simplistic way of calling this is
@@ -582,6 +595,8 @@ func newNotifyRequest(opcode uint32) *request {
 			_OP_NOTIFY_RETRIEVE_CACHE: NOTIFY_RETRIEVE_CACHE,
 			_OP_NOTIFY_DELETE:         NOTIFY_DELETE,
 			_OP_NOTIFY_PRUNE:          NOTIFY_PRUNE,
+			_OP_NOTIFY_RESEND:         NOTIFY_RESEND,
+			_OP_NOTIFY_INC_EPOCH:      NOTIFY_INC_EPOCH,
 		}[opcode],
 	}
 	r.inHeader().Opcode = opcode
@@ -617,6 +632,32 @@ func (ms *Server) PruneNotify(nodes []uint64) Status {
 	req.outPayload = unsafe.Slice((*byte)(unsafe.Pointer(&nodes[0])), 8*len(nodes))
 
 	return ms.notifyWrite(req)
+}
+
+// ResendNotify asks the kernel to queue again the requests that were
+// read from the connection but not answered, typically by a previous
+// server that died (see MountOptions.ResumeInit). Resent requests
+// carry FUSE_UNIQUE_RESEND (bit 63) in their Unique, which replies
+// echo. Only safe if the file system can handle a request twice, as
+// the previous server may have acted on it already. Returns ENOSYS
+// if the kernel does not support it (CAP_HAS_RESEND, Linux 6.9).
+func (ms *Server) ResendNotify() Status {
+	if !ms.kernelSettings.SupportsNotify(NOTIFY_RESEND) {
+		return ENOSYS
+	}
+	return ms.notifyWrite(newNotifyRequest(_OP_NOTIFY_RESEND))
+}
+
+// IncEpochNotify increments the connection's epoch, which makes the
+// kernel look up again every directory entry it cached before, e.g.
+// after a server took over a connection and its view of the tree
+// may differ from its predecessor's. Returns ENOSYS if the kernel
+// does not support it (protocol 7.44, Linux 6.16).
+func (ms *Server) IncEpochNotify() Status {
+	if !ms.kernelSettings.SupportsNotify(NOTIFY_INC_EPOCH) {
+		return ENOSYS
+	}
+	return ms.notifyWrite(newNotifyRequest(_OP_NOTIFY_INC_EPOCH))
 }
 
 // InodeNotifyStoreCache tells kernel to store data into inode's cache.
@@ -822,6 +863,12 @@ func (in *InitIn) SupportsNotify(notifyType int) bool {
 		return in.SupportsVersion(7, 15)
 	case NOTIFY_DELETE:
 		return in.SupportsVersion(7, 18)
+	case NOTIFY_RESEND:
+		// The kernel advertises it rather than tying it to a
+		// protocol version.
+		return in.Flags64()&CAP_HAS_RESEND != 0
+	case NOTIFY_INC_EPOCH:
+		return in.SupportsVersion(7, 44)
 	case NOTIFY_PRUNE:
 		return in.SupportsVersion(7, 45)
 	}
