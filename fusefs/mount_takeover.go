@@ -21,7 +21,8 @@ type Resume struct {
 // successor can take the connection over: node ids and handles go
 // through a takeover.FS journaling at journalPath. With resume, the
 // connection is a predecessor's: no INIT is read, and what the
-// predecessor gave out is revived as the kernel uses it.
+// predecessor gave out is revived as the kernel uses it, after the kernel
+// queues again the requests the predecessor read and never answered.
 func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (*fuse.Server, *takeover.FS, error) {
 	o := f.MountOptions(fsName)
 	if f.opts.ReadOnly {
@@ -31,7 +32,7 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	if resume != nil {
 		prev = resume.Saved
 		init := resume.Init
-		_ = init // FORK: o.ResumeInit = &init
+		o.ResumeInit = &init
 	}
 	tfs, err := takeover.New(journalPath, prev, f.opts.Logger, func(cb fs.ServerCallbacks) fuse.RawFileSystem {
 		opts := *o
@@ -45,6 +46,13 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	if err != nil {
 		tfs.Close()
 		return nil, nil, fmt.Errorf("serve %s on %s: %w", fsName, fdPath, err)
+	}
+	if resume != nil {
+		// Before the first read: requests this server reads would be
+		// on the list the kernel resends too, and would run twice.
+		if st := srv.ResendNotify(); !st.Ok() {
+			f.opts.Logger.Error("the kernel did not resend what the previous mounter read; those calls wait until their callers give up", "status", st)
+		}
 	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {

@@ -54,6 +54,8 @@ var MountOptionTable = []MountOption{
 		Usage: "return from close(2) once the file is in the journal on the staging directory, before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)"},
 	{Param: ParamBatchSmallUploads, Flag: "no-batching", Kind: Bool, Default: "true", Negated: true,
 		Usage: "on MinIO too, upload every small file in a request of its own (by default, small files uploaded at the same time go in one request that MinIO extracts)"},
+	{Param: ParamTakeover, Flag: "no-takeover", Kind: Bool, Default: "true", Negated: true,
+		Usage: "in a mounter pod, keep nothing for a successor: the FUSE connection dies with this process and is mounted again (by default, a restarted mounter takes the connection over from state kept in the staging directory, and the mount's users see a pause, not an error)"},
 	{Param: ParamPartSizeMiB, Flag: "part-size-mib", Kind: Whole, Min: 5, Max: 5120, Default: strconv.Itoa(limits.DefaultPartSize >> 20), Usage: "multipart part size in MiB"},
 	{Param: ParamConcurrency, Flag: "concurrency", Kind: Whole, Min: 1, Max: 64, Default: strconv.Itoa(limits.DefaultConcurrency), Usage: "parallel part uploads and readahead requests per file"},
 	{Param: ParamMemoryLimitMiB, Flag: "memory-limit-mib", Kind: Whole, Min: 16, Max: 65536, Default: strconv.Itoa(limits.DefaultMemoryLimit >> 20),

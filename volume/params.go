@@ -36,9 +36,13 @@ const (
 	// ParamBatchSmallUploads "false" sends every small file alone, also
 	// to MinIO (objfuse-mount --no-batching).
 	ParamBatchSmallUploads = "batchSmallUploads"
-	ParamPartSizeMiB       = "partSizeMiB"
-	ParamConcurrency       = "concurrency"
-	ParamMemoryLimitMiB    = "memoryLimitMiB"
+	// ParamTakeover "false" lets a volume's FUSE connection die with its
+	// mounter, to be mounted again (the repair of kernels before 6.9)
+	// instead of taken over by the restarted mounter.
+	ParamTakeover       = "takeover"
+	ParamPartSizeMiB    = "partSizeMiB"
+	ParamConcurrency    = "concurrency"
+	ParamMemoryLimitMiB = "memoryLimitMiB"
 	// ParamReadCacheMiB turns on the mounter's local cache of randomly
 	// read ranges, in its staging emptyDir (whose size limit must allow it).
 	ParamReadCacheMiB = "readCacheMiB"

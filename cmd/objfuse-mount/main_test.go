@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,9 @@ var binary string
 var buildFlags []string
 
 func TestMain(m *testing.M) {
+	if runRole() {
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "objfuse-mount-test-")
 	if err != nil {
 		panic(err)
@@ -206,16 +211,39 @@ type handoffMounter struct {
 	sock, mnt string
 	bucket    string
 	exited    chan error
+	// stderr has what the mounter (and its successors) logged, and
+	// passes it on to the test's.
+	stderr *logBuffer
+}
+
+// logBuffer keeps what is written to it and copies it to os.Stderr.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	b.buf.Write(p)
+	b.mu.Unlock()
+	return os.Stderr.Write(p)
+}
+
+// logs is what the mounter and its successors logged.
+func (m *handoffMounter) logs() string {
+	m.stderr.mu.Lock()
+	defer m.stderr.mu.Unlock()
+	return m.stderr.buf.String()
 }
 
 // startHandoff starts a mounter for srv's bucket and waits for its socket.
 func startHandoff(t *testing.T, srv *miniotest.Server, flags ...string) *handoffMounter {
 	dir := t.TempDir()
-	m := &handoffMounter{sock: filepath.Join(dir, handoff.SocketName), mnt: filepath.Join(dir, handoff.MountDirName), bucket: srv.Bucket(), exited: make(chan error, 1)}
+	m := &handoffMounter{sock: filepath.Join(dir, handoff.SocketName), mnt: filepath.Join(dir, handoff.MountDirName), bucket: srv.Bucket(), exited: make(chan error, 1), stderr: &logBuffer{}}
 	os.Mkdir(m.mnt, 0o755)
 	args := append([]string{"--handoff", m.sock, "--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir}, flags...)
 	m.cmd = exec.Command(binary, append(args, m.bucket)...)
-	m.cmd.Stderr = os.Stderr
+	m.cmd.Stderr = m.stderr
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

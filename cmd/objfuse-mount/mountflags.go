@@ -75,6 +75,7 @@ func takeMountOptions(c *serve.Config, m volume.MountOptions) {
 	c.FS.ListTTL = m.Duration(volume.ParamListTTL)
 	c.FS.AsyncClose = m.Bool(volume.ParamAsyncClose)
 	c.S3.NoBatching = !m.Bool(volume.ParamBatchSmallUploads)
+	c.Takeover = m.Bool(volume.ParamTakeover)
 	c.FS.PartSize = int(m.Int(volume.ParamPartSizeMiB)) << 20
 	c.FS.Concurrency = int(m.Int(volume.ParamConcurrency))
 	c.FS.MemoryLimit = m.Int(volume.ParamMemoryLimitMiB) << 20

@@ -108,10 +108,8 @@ func (m *mounter) serveTakeable(fd int) (*fuse.Server, error) {
 	return srv, nil
 }
 
-// takeOver serves the live connection a predecessor served: without
-// INIT, reviving what the predecessor gave out as the kernel uses it,
-// after the kernel queues again what the predecessor read and never
-// answered. Called with m.mu held.
+// takeOver serves the live connection a predecessor served (see
+// fusefs.ServeTakeover). Called with m.mu held.
 func (m *mounter) takeOver(fd int) (*fuse.Server, error) {
 	r, err := m.state.resume()
 	if err != nil {
@@ -122,9 +120,6 @@ func (m *mounter) takeOver(fd int) (*fuse.Server, error) {
 		return nil, fmt.Errorf("take the connection over: %w", err)
 	}
 	m.tfs = tfs
-	if st := resend(srv); !st.Ok() {
-		m.cfg.Logger.Error("the kernel did not resend what the previous mounter read; those calls wait until their callers give up", "status", st)
-	}
 	m.cfg.Logger.Info("took the FUSE connection over", "nodes", len(r.Saved.Nodes), "handles", len(r.Saved.Handles))
 	return srv, nil
 }
@@ -138,12 +133,3 @@ func (m *mounter) mode() string {
 }
 
 func fdPath(fd int) string { return fmt.Sprintf("/dev/fd/%d", fd) }
-
-// resend asks the kernel to queue again what the predecessor read.
-func resend(srv *fuse.Server) fuse.Status {
-	r, ok := any(srv).(interface{ ResendNotify() fuse.Status })
-	if !ok {
-		return fuse.ENOSYS // FORK: until go-fuse has ResendNotify
-	}
-	return r.ResendNotify()
-}

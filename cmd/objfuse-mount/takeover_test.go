@@ -1,0 +1,398 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
+	"github.com/objfuse/objfuse/test/miniotest"
+)
+
+// kills is how many times TestTakeoverAfterSIGKILL kills the mounter.
+const kills = 20
+
+// TestTakeoverAfterSIGKILL: a writer and a reader, plain processes, use
+// a mount whose mounter is SIGKILLed again and again at random moments
+// and restarted, as the node plugin does: it keeps the FUSE connection
+// and hands it to the successor, which takes it over. No call of either
+// may fail, but those on a handle whose writes since its last fsync died
+// with a mounter (EIO, each matched by the mounter's report of it); the
+// files open before the kills stay open and usable; every line the
+// writer fsynced is in S3.
+func TestTakeoverAfterSIGKILL(t *testing.T) {
+	srv := miniotest.Start(t)
+	staging := t.TempDir()
+	m := startHandoff(t, srv, "--staging-dir", staging)
+	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd) // the node plugin's: the connection outlives each mounter
+	hand(t, m.sock, fd, false)
+
+	file := filepath.Join(m.mnt, "log")
+	w := startWorkload(t, "writer", file)
+	w.waitAcks(t, 1)
+	r := startWorkload(t, "reader", file)
+	r.waitAcks(t, 1)
+
+	var stalls []time.Duration
+	var killTimes []string
+	for i := range kills {
+		// A random moment, while both keep calling.
+		<-time.After(time.Duration(50+rand.IntN(450)) * time.Millisecond)
+		acked := w.acks()
+		killed := time.Now()
+		killTimes = append(killTimes, killed.Format("05.000"))
+		m.cmd.Process.Kill()
+		<-m.exited
+		m = restartHandoff(t, m, srv, "--staging-dir", staging)
+		rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1)
+		if err != nil || !rep.Resumable {
+			t.Fatalf("kill %d: the successor cannot take over: %+v %v", i+1, rep, err)
+		}
+		hand(t, m.sock, fd, true)
+		w.waitAcks(t, acked+1)
+		stalls = append(stalls, time.Since(killed))
+	}
+	w.stop(t)
+	r.stop(t)
+	m.release(t)
+
+	slices.Sort(stalls)
+	t.Logf("%d kills: stall until the writer's next fsync: p50 %v, max %v", kills,
+		stalls[len(stalls)/2].Round(time.Millisecond), stalls[len(stalls)-1].Round(time.Millisecond))
+
+	if len(r.failures) > 0 {
+		t.Errorf("reader: %d failed calls: %q", len(r.failures), r.failures)
+	}
+	// A writer's failure is explained when a mounter reported the loss
+	// of that handle's unflushed writes; each loss fails one call, then
+	// the writer opens the file again.
+	lost := strings.Count(m.logs(), "writes to a file since its last flush were in the mounter that died")
+	for _, f := range w.failures {
+		if !strings.Contains(f, "input/output error") {
+			t.Errorf("writer: a failure other than EIO: %s", f)
+		}
+	}
+	if len(w.failures) != lost {
+		t.Errorf("writer: %d failed calls, mounters reported %d lost handles: %q", len(w.failures), lost, w.failures)
+	}
+	t.Logf("writer: %d lines fsynced, %d handles lost with a mounter's memory", w.acks(), lost)
+
+	obj, err := srv.Client().GetObject(context.Background(), m.bucket, "log", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, repeated, ok := countedLines(string(body))
+	for _, k := range repeated {
+		if !slices.ContainsFunc(w.failures, func(f string) bool { return strings.HasPrefix(f, fmt.Sprintf("fsync %d:", k)) }) {
+			at := strings.Index(string(body), fmt.Sprintf("\n%d\n%d\n", k, k))
+			t.Errorf("line %d is twice in S3, but its fsync did not fail: %q; S3: %q; acked at %v; kills at %v", k, w.failures, body[max(0, at-20):min(len(body), at+30)], w.ackedAt[k+1].Format("05.000"), killTimes)
+		}
+	}
+	if !ok || n < w.acks() {
+		t.Errorf("S3 holds %d whole counted lines (ok=%v), want the %d fsynced: %s", n, ok, w.acks(), linesMismatch(string(body)))
+	}
+}
+
+// hand gives the mounter at sock a duplicate of the connection, as the
+// node plugin does at NodeStage (takeOver false) or after a restart.
+func hand(t *testing.T, sock string, fd int, takeOver bool) {
+	t.Helper()
+	dup, err := syscall.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := handoff.Call(context.Background(), sock, handoff.Request{Op: handoff.OpServe, TakeOver: takeOver}, dup)
+	syscall.Close(dup)
+	if err != nil || !rep.Serving {
+		t.Fatalf("serve (takeOver %v): %+v %v", takeOver, rep, err)
+	}
+}
+
+// restartHandoff starts a successor of the dead mounter m, on the same
+// socket and staging directory, as the pod's restart of its container.
+func restartHandoff(t *testing.T, m *handoffMounter, srv *miniotest.Server, flags ...string) *handoffMounter {
+	t.Helper()
+	n := &handoffMounter{sock: m.sock, mnt: m.mnt, bucket: m.bucket, exited: make(chan error, 1), stderr: m.stderr}
+	args := append([]string{"--handoff", n.sock, "--endpoint", srv.Endpoint, "--path-style", "--credentials-dir", srv.CredsDir}, flags...)
+	n.cmd = exec.Command(binary, append(args, n.bucket)...)
+	n.cmd.Stderr = n.stderr
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { n.exited <- n.cmd.Wait() }()
+	t.Cleanup(func() { n.cmd.Process.Kill() })
+	waitFor(t, "the successor's socket", func() bool {
+		return exec.Command(binary, "--probe", n.sock).Run() == nil
+	})
+	return n
+}
+
+// workload is a writer or reader process (this test binary, in the role
+// TestMain gives it) and what it reported on its standard output.
+type workload struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+
+	mu       sync.Mutex
+	acked    int
+	ackedAt  map[int]time.Time
+	failures []string
+	cond     *sync.Cond
+}
+
+// roleEnv names the role TestMain runs the test binary in.
+const roleEnv = "OBJFUSE_TEST_ROLE"
+
+func startWorkload(t *testing.T, role, file string) *workload {
+	t.Helper()
+	w := &workload{done: make(chan struct{}), ackedAt: map[int]time.Time{}}
+	w.cond = sync.NewCond(&w.mu)
+	w.cmd = exec.Command(os.Args[0])
+	w.cmd.Env = append(os.Environ(), roleEnv+"="+role, "OBJFUSE_TEST_FILE="+file)
+	w.cmd.Stderr = os.Stderr
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.cmd.Process.Kill() })
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			kind, rest, _ := strings.Cut(sc.Text(), " ")
+			w.mu.Lock()
+			switch kind {
+			case "ack":
+				w.acked, _ = strconv.Atoi(rest)
+				w.ackedAt[w.acked] = time.Now()
+			case "fail":
+				w.failures = append(w.failures, rest)
+			}
+			w.cond.Broadcast()
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+		w.failures = append(w.failures, "exited")
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}()
+	return w
+}
+
+func (w *workload) acks() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked
+}
+
+// waitAcks waits until the workload has done n rounds, at most a minute.
+func (w *workload) waitAcks(t *testing.T, n int) {
+	t.Helper()
+	timer := time.AfterFunc(time.Minute, func() {
+		w.mu.Lock()
+		w.failures = append(w.failures, "timeout")
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer timer.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.acked < n {
+		if slices.Contains(w.failures, "timeout") || slices.Contains(w.failures, "exited") {
+			t.Fatalf("%s did not reach %d rounds (at %d): %q", w.cmd.Env[len(w.cmd.Env)-2], n, w.acked, w.failures)
+		}
+		w.cond.Wait()
+	}
+}
+
+// stop tells the workload to finish (close its standard input) and
+// waits for it.
+func (w *workload) stop(t *testing.T) {
+	t.Helper()
+	w.stdin.Close()
+	select {
+	case <-w.done:
+	case <-time.After(time.Minute):
+		t.Fatal("a workload did not stop within a minute")
+	}
+	if err := w.cmd.Wait(); err != nil {
+		t.Errorf("workload: %v", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failures = slices.DeleteFunc(w.failures, func(s string) bool { return s == "exited" })
+}
+
+// runRole runs the test binary as a workload when TestMain says so, and
+// reports whether it did.
+func runRole() bool {
+	file := os.Getenv("OBJFUSE_TEST_FILE")
+	stop := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
+	switch os.Getenv(roleEnv) {
+	case "writer":
+		writer(file, stop)
+	case "reader":
+		reader(file, stop)
+	default:
+		return false
+	}
+	return true
+}
+
+// writer appends counted lines, fsyncing each ("ack N": lines 0..N-1
+// are in S3). A failed call is reported; the lines since the last fsync
+// are written again on a new handle.
+func writer(file string, stop chan struct{}) {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Printf("fail open: %v\n", err)
+		return
+	}
+	next := 0
+	for {
+		select {
+		case <-stop:
+			if err := f.Close(); err != nil {
+				fmt.Printf("fail close: %v\n", err)
+			}
+			return
+		default:
+		}
+		if _, err := f.WriteString(strconv.Itoa(next) + "\n"); err != nil {
+			f, next = reopen(f, fmt.Sprintf("write %d", next), err, file)
+			continue
+		}
+		if err := f.Sync(); err != nil {
+			f, next = reopen(f, fmt.Sprintf("fsync %d", next), err, file)
+			continue
+		}
+		next++
+		fmt.Printf("ack %d\n", next)
+		<-time.After(20 * time.Millisecond) // a writer that pauses: fsynced, then nothing in flight
+	}
+}
+
+// reopen reports a failed call and opens the file again, returning the
+// line to go on from: after a failed fsync the line may or may not be
+// stored (its upload may have ended as its mounter died), so the writer
+// reads what the file holds, as a careful writer does.
+func reopen(f *os.File, op string, err error, file string) (*os.File, int) {
+	fmt.Printf("fail %s: %v\n", op, err)
+	f.Close()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Printf("fail reopen: %v\n", err)
+		os.Exit(1)
+	}
+	next, _, ok := countedLines(string(b))
+	if !ok || len(b) > 0 && b[len(b)-1] != '\n' {
+		fmt.Printf("fail content after a failure: %s\n", linesMismatch(string(b)))
+		os.Exit(1)
+	}
+	nf, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		fmt.Printf("fail reopen: %v\n", err)
+		os.Exit(1)
+	}
+	return nf, next
+}
+
+// reader reads the file through a handle opened once, from the start,
+// round after round ("ack N" after N rounds), and checks each read holds
+// whole counted lines; every tenth round it opens the file anew too.
+func reader(file string, stop chan struct{}) {
+	f, err := os.Open(file)
+	if err != nil {
+		fmt.Printf("fail open: %v\n", err)
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for round := 1; ; round++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && err != io.EOF {
+			fmt.Printf("fail read: %v\n", err)
+		} else if _, _, ok := countedLines(string(buf[:n])); !ok {
+			fmt.Printf("fail content: %s\n", linesMismatch(string(buf[:n])))
+		}
+		if round%10 == 0 {
+			if b, err := os.ReadFile(file); err != nil {
+				fmt.Printf("fail reopen: %v\n", err)
+			} else if _, _, ok := countedLines(string(b)); !ok {
+				fmt.Printf("fail content: %s\n", linesMismatch(string(b)))
+			}
+		}
+		fmt.Printf("ack %d\n", round)
+		<-time.After(5 * time.Millisecond)
+	}
+}
+
+// countedLines checks s is "0\n1\n2\n..." (a last line cut short by a
+// write under way aside) and returns the number after its last line. A
+// number may come twice in a row: the writer writes a line again after a
+// failed fsync when its first copy was stored nonetheless (an upload that
+// ended as its mounter died), a line it was never told was stored;
+// repeated lists those.
+func countedLines(s string) (next int, repeated []int, ok bool) {
+	lines := strings.Split(s, "\n")
+	lines = lines[:len(lines)-1] // after the last newline: nothing, or a line being written
+	for _, l := range lines {
+		switch l {
+		case strconv.Itoa(next):
+			next++
+		case strconv.Itoa(next - 1):
+			repeated = append(repeated, next-1)
+		default:
+			return next, repeated, false
+		}
+	}
+	return next, repeated, true
+}
+
+// linesMismatch shows where s stops being counted lines.
+func linesMismatch(s string) string {
+	at := 0
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if _, _, ok := countedLines(s[:at+len(l)]); !ok {
+			break
+		}
+		at += len(l)
+	}
+	return fmt.Sprintf("at byte %d: %q", at, s[max(0, at-20):min(len(s), at+40)])
+}
