@@ -296,7 +296,13 @@ done; echo never healed; exit 1`
 // (seeing repaired mounts in place), and waits until its first file is in S3.
 func (s *suite) healingReader(pvcName string) *corev1.PersistentVolume {
 	s.t.Helper()
-	s.pvc(pvcName, scBucket, corev1.ReadWriteMany)
+	return s.healingReaderOn(pvcName, scBucket)
+}
+
+// healingReaderOn is healingReader with the PVC in StorageClass sc.
+func (s *suite) healingReaderOn(pvcName, sc string) *corev1.PersistentVolume {
+	s.t.Helper()
+	s.pvc(pvcName, sc, corev1.ReadWriteMany)
 	pv := s.boundPV(pvcName)
 	bucket, prefix := volume(pv)
 	h2c := corev1.MountPropagationHostToContainer
@@ -325,7 +331,12 @@ func (s *suite) expectHealed(pv *corev1.PersistentVolume) {
 
 func TestMounterKilledIsRepaired(t *testing.T) {
 	s := newSuite(t)
-	pv := s.healingReader("heal")
+	// Without takeover, as on a kernel that cannot resend (before 6.9):
+	// the connection dies with the mounter and is mounted again.
+	noTakeover := s.storageClassVariant("no-takeover", func(sc *storagev1.StorageClass) {
+		sc.Parameters[volumeParamTakeover] = "false"
+	})
+	pv := s.healingReaderOn("heal", noTakeover)
 	mounter := s.mounterPodOf(pv.Spec.CSI.VolumeHandle).Name
 	// PID 1 ignores SIGKILL from inside its container; Go dies on SIGQUIT.
 	if out, err := s.exec(driverNS, mounter, "mounter", "kill", "-QUIT", "1"); err != nil {
@@ -333,6 +344,80 @@ func TestMounterKilledIsRepaired(t *testing.T) {
 	}
 	s.expectHealed(pv)
 	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
+}
+
+// volumeParamTakeover is the StorageClass parameter volume.ParamTakeover.
+const volumeParamTakeover = "takeover"
+
+// TestMounterKilledIsTakenOver: the mounter dies (SIGQUIT: a Go crash)
+// while one pod appends and fsyncs lines and another reads the file, both
+// without mount propagation. The node kept the FUSE connection; the
+// restarted mounter takes it over: neither pod sees an error, no container
+// restarts, every fsynced line is in S3, and the pods get an Event. The
+// kill comes while the writer has nothing unflushed (it waits, polling the
+// mount, between two lines): writes a dead mounter held in memory fail
+// with EIO, which cmd/objfuse-mount's TestTakeoverAfterSIGKILL counts at
+// random moments; here no call may fail.
+func TestMounterKilledIsTakenOver(t *testing.T) {
+	s := newSuite(t)
+	s.pvc("survive", scBucket, corev1.ReadWriteMany)
+	pv := s.boundPV("survive")
+	bucket, prefix := volume(pv)
+	const lines = 40
+	s.pod("writer", "survive", fmt.Sprintf(`set -e; i=0; while [ $i -lt %d ]; do
+  echo "line $i" >> /data/log.txt; sync /data/log.txt; i=$((i+1))
+  if [ $i = 20 ]; then touch /data/paused; sync /data/paused; while [ ! -e /data/resume ]; do sleep 0.05; done; fi
+  sleep 0.05
+done; echo done`, lines), podOpts{})
+	s.waitPod("writer", corev1.PodRunning, 3*time.Minute)
+	s.pod("reader", "survive", `set -e; n=0; while [ ! -e /data/done ]; do if [ -e /data/log.txt ]; then cat /data/log.txt > /dev/null; fi; n=$((n+1)); sleep 0.02; done; echo "read $n times"`, podOpts{})
+	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
+	s.eventually(2*time.Minute, "the writer to pause", func() (bool, error) {
+		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"paused", minio.StatObjectOptions{})
+		return err == nil, nil
+	})
+	mounter := s.mounterPodOf(pv.Spec.CSI.VolumeHandle).Name
+	killed := time.Now()
+	if out, err := s.exec(driverNS, mounter, "mounter", "kill", "-QUIT", "1"); err != nil {
+		t.Fatalf("kill the mounter: %v %s", err, out)
+	}
+	s.eventFor(s.ns, "Pod", "writer", "took the volume's connection over", 2*time.Minute)
+	t.Logf("taken over: the Event came %v after the kill", time.Since(killed).Round(time.Millisecond))
+	resume := []byte("go\n")
+	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"resume", bytes.NewReader(resume), int64(len(resume)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.waitPod("writer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
+		t.Fatalf("writer: %q", out)
+	}
+	done := []byte("done\n")
+	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"done", bytes.NewReader(done), int64(len(done)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "read ") {
+		t.Fatalf("reader: %q", out)
+	}
+	o, err := s.s3.GetObject(s.ctx(), bucket, prefix+"log.txt", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(o)
+	if n := strings.Count(buf.String(), "\n"); n != lines {
+		t.Fatalf("log has %d lines, want %d: %q", n, lines, buf.String())
+	}
+	for _, name := range []string{"writer", "reader"} {
+		p, err := s.kc.CoreV1().Pods(s.ns).Get(s.ctx(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount > 0 {
+				t.Errorf("%s restarted %d times", name, c.RestartCount)
+			}
+		}
+	}
 }
 
 // TestUnknownEndpoint: a StorageClass naming an S3 endpoint nobody
