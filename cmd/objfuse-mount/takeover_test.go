@@ -167,12 +167,12 @@ type workload struct {
 // roleEnv names the role TestMain runs the test binary in.
 const roleEnv = "OBJFUSE_TEST_ROLE"
 
-func startWorkload(t *testing.T, role, file string) *workload {
+func startWorkload(t *testing.T, role, file string, env ...string) *workload {
 	t.Helper()
 	w := &workload{done: make(chan struct{}), ackedAt: map[int]time.Time{}}
 	w.cond = sync.NewCond(&w.mu)
 	w.cmd = exec.Command(os.Args[0])
-	w.cmd.Env = append(os.Environ(), roleEnv+"="+role, "OBJFUSE_TEST_FILE="+file)
+	w.cmd.Env = append(append(os.Environ(), env...), roleEnv+"="+role, "OBJFUSE_TEST_FILE="+file)
 	w.cmd.Stderr = os.Stderr
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
@@ -299,7 +299,9 @@ func writer(file string, stop chan struct{}) {
 		}
 		next++
 		fmt.Printf("ack %d\n", next)
-		<-time.After(20 * time.Millisecond) // a writer that pauses: fsynced, then nothing in flight
+		if os.Getenv("OBJFUSE_TEST_NO_PAUSE") == "" {
+			<-time.After(20 * time.Millisecond) // a writer that pauses: fsynced, then nothing in flight
+		}
 	}
 }
 
@@ -395,4 +397,64 @@ func linesMismatch(s string) string {
 		at += len(l)
 	}
 	return fmt.Sprintf("at byte %d: %q", at, s[max(0, at-20):min(len(s), at+40)])
+}
+
+// TestPlannedHandOver: the mounter is told to hand over (handoff.OpHandOver,
+// as for an upgrade) again and again while a writer writes and fsyncs
+// without pause and a reader reads: it holds new requests, uploads what was
+// written and exits; the successor takes over. Not one call fails, and S3
+// holds every line once.
+func TestPlannedHandOver(t *testing.T) {
+	const handOvers = 5
+	srv := miniotest.Start(t)
+	staging := t.TempDir()
+	m := startHandoff(t, srv, "--staging-dir", staging)
+	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	hand(t, m.sock, fd, false)
+
+	file := filepath.Join(m.mnt, "log")
+	w := startWorkload(t, "writer", file, "OBJFUSE_TEST_NO_PAUSE=1")
+	w.waitAcks(t, 1)
+	r := startWorkload(t, "reader", file)
+	r.waitAcks(t, 1)
+	var stalls []time.Duration
+	for i := range handOvers {
+		<-time.After(time.Duration(50+rand.IntN(250)) * time.Millisecond)
+		acked := w.acks()
+		start := time.Now()
+		if _, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpHandOver}, -1); err != nil {
+			t.Fatalf("hand-over %d: %v", i+1, err)
+		}
+		if err := <-m.exited; err == nil {
+			t.Fatalf("hand-over %d: the mounter exited 0; its container would not restart", i+1)
+		}
+		m = restartHandoff(t, m, srv, "--staging-dir", staging)
+		hand(t, m.sock, fd, true)
+		w.waitAcks(t, acked+1)
+		stalls = append(stalls, time.Since(start))
+	}
+	w.stop(t)
+	r.stop(t)
+	m.release(t)
+	slices.Sort(stalls)
+	t.Logf("%d hand-overs: stall until the writer's next fsync: p50 %v, max %v", handOvers,
+		stalls[len(stalls)/2].Round(time.Millisecond), stalls[len(stalls)-1].Round(time.Millisecond))
+	if len(w.failures)+len(r.failures) > 0 {
+		t.Errorf("failed calls: writer %q, reader %q", w.failures, r.failures)
+	}
+	obj, err := srv.Client().GetObject(context.Background(), m.bucket, "log", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, repeated, ok := countedLines(string(body)); !ok || len(repeated) > 0 || n < w.acks() {
+		t.Errorf("S3 holds %d counted lines (repeated %v, ok=%v), want the %d fsynced, each once: %s", n, repeated, ok, w.acks(), linesMismatch(string(body)))
+	}
 }

@@ -37,6 +37,9 @@ type FS struct {
 	nextNode   uint64
 	nextHandle uint64
 
+	// gate holds requests back during a hand-over (HandOver).
+	gate gate
+
 	// reviveMu makes revivals one at a time: two requests for one dead
 	// number must not revive it twice.
 	reviveMu sync.Mutex

@@ -28,6 +28,7 @@ func (t *FS) header(h fuse.InHeader) (fuse.InHeader, fuse.Status) {
 }
 
 func (t *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return st
@@ -39,12 +40,14 @@ func (t *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 }
 
 func (t *FS) Forget(id, nlookup uint64) {
+	defer t.op()()
 	if inner, n := t.forget(id, nlookup); n > 0 {
 		t.inner.Forget(inner, n)
 	}
 }
 
 func (t *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -61,6 +64,7 @@ func (t *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrO
 }
 
 func (t *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -80,6 +84,7 @@ func (t *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 }
 
 func (t *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -92,6 +97,7 @@ func (t *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 }
 
 func (t *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -104,10 +110,12 @@ func (t *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 }
 
 func (t *FS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	defer t.op()()
 	return t.remove(cancel, h, name, t.inner.Unlink)
 }
 
 func (t *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	defer t.op()()
 	return t.remove(cancel, h, name, t.inner.Rmdir)
 }
 
@@ -125,6 +133,7 @@ func (t *FS) remove(cancel <-chan struct{}, h *fuse.InHeader, name string, op fu
 }
 
 func (t *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -156,6 +165,7 @@ func (t *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName 
 const renameExchange = 2
 
 func (t *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -171,6 +181,7 @@ func (t *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 }
 
 func (t *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkName string, out *fuse.EntryOut) fuse.Status {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return st
@@ -182,6 +193,7 @@ func (t *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkNa
 }
 
 func (t *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return nil, st
@@ -190,6 +202,7 @@ func (t *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.St
 }
 
 func (t *FS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -199,6 +212,7 @@ func (t *FS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
 }
 
 func (t *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return 0, st
@@ -207,6 +221,7 @@ func (t *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, des
 }
 
 func (t *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return 0, st
@@ -215,6 +230,7 @@ func (t *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (u
 }
 
 func (t *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -224,6 +240,7 @@ func (t *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, 
 }
 
 func (t *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return st
@@ -232,6 +249,7 @@ func (t *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) 
 }
 
 func (t *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -245,6 +263,7 @@ func (t *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 }
 
 func (t *FS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
@@ -258,10 +277,12 @@ func (t *FS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Create
 }
 
 func (t *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer t.op()()
 	return t.open(cancel, in, out, false)
 }
 
 func (t *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer t.op()()
 	return t.open(cancel, in, out, true)
 }
 
@@ -293,6 +314,7 @@ func (t *FS) nodeAndHandle(h fuse.InHeader, fh uint64) (fuse.InHeader, *handle, 
 }
 
 func (t *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -304,6 +326,7 @@ func (t *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Rea
 }
 
 func (t *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -315,6 +338,7 @@ func (t *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut)
 }
 
 func (t *FS) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
+	defer t.op()()
 	c, st := t.lk(in)
 	if !st.Ok() {
 		return st
@@ -323,6 +347,7 @@ func (t *FS) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.
 }
 
 func (t *FS) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	defer t.op()()
 	c, st := t.lk(in)
 	if !st.Ok() {
 		return st
@@ -331,6 +356,7 @@ func (t *FS) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
 }
 
 func (t *FS) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	defer t.op()()
 	c, st := t.lk(in)
 	if !st.Ok() {
 		return st
@@ -349,6 +375,7 @@ func (t *FS) lk(in *fuse.LkIn) (fuse.LkIn, fuse.Status) {
 }
 
 func (t *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	defer t.op()()
 	if h := t.released(in.Fh); h != nil {
 		c := *in
 		c.NodeId, c.Fh = t.nodeOf(h), h.inner
@@ -357,6 +384,7 @@ func (t *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 }
 
 func (t *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	defer t.op()()
 	if h := t.released(in.Fh); h != nil {
 		c := *in
 		c.NodeId, c.Fh = t.nodeOf(h), h.inner
@@ -376,6 +404,7 @@ func (t *FS) nodeOf(h *handle) uint64 {
 }
 
 func (t *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	defer t.op()()
 	c, st := t.write(in)
 	if !st.Ok() {
 		return 0, st
@@ -384,6 +413,7 @@ func (t *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint3
 }
 
 func (t *FS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	defer t.op()()
 	c, st := t.write(in)
 	if !st.Ok() {
 		return 0, st
@@ -403,6 +433,7 @@ func (t *FS) write(in *fuse.WriteIn) (fuse.WriteIn, fuse.Status) {
 }
 
 func (t *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	defer t.op()()
 	c := *in
 	var src, dst *handle
 	var st fuse.Status
@@ -421,6 +452,7 @@ func (t *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (ui
 }
 
 func (t *FS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -432,6 +464,7 @@ func (t *FS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *
 }
 
 func (t *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -446,6 +479,7 @@ func (t *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (t *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	defer t.op()()
 	c, h, st := t.fsync(in)
 	if !st.Ok() {
 		return st
@@ -457,6 +491,7 @@ func (t *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 func (t *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	defer t.op()()
 	c, _, st := t.fsync(in)
 	if !st.Ok() {
 		return st
@@ -475,6 +510,7 @@ func (t *FS) fsync(in *fuse.FsyncIn) (fuse.FsyncIn, *handle, fuse.Status) {
 }
 
 func (t *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -487,6 +523,7 @@ func (t *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status
 }
 
 func (t *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -498,6 +535,7 @@ func (t *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 }
 
 func (t *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer t.op()()
 	c := *in
 	var h *handle
 	var st fuse.Status
@@ -512,6 +550,7 @@ func (t *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 }
 
 func (t *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	defer t.op()()
 	in, st := t.header(*h)
 	if !st.Ok() {
 		return st
@@ -520,6 +559,7 @@ func (t *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOu
 }
 
 func (t *FS) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.StatxOut) fuse.Status {
+	defer t.op()()
 	c := *in
 	var st fuse.Status
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {

@@ -38,6 +38,13 @@ const (
 	// back the duplicate it keeps so that the connection outlives the
 	// mounter (a successor takes it over, see Request.TakeOver).
 	OpLend = "lend"
+	// OpHandOver asks a serving mounter to hand its connection to a
+	// successor: it stops taking requests (those that come wait, and the
+	// kernel gives them to the successor), finishes those under way,
+	// uploads everything written, and exits non-zero, so that its
+	// container restarts (with a new image, after an upgrade) and takes
+	// the connection over. No write is lost, none fails.
+	OpHandOver = "handover"
 )
 
 // Modes a mount survives its mounter in (Reply.Mode).
@@ -91,6 +98,9 @@ type Reply struct {
 	// to lend come from DupHandle, never 0, 1 or 2. Not in the JSON: a
 	// handle travels beside the answer.
 	Lent int `json:"-"`
+	// Then, when set, runs once the answer is written (a mounter that
+	// handed over exits then).
+	Then func() `json:"-"`
 }
 
 // Health is fusefs.Health on the wire.
@@ -199,11 +209,15 @@ func handle(conn *net.UnixConn, h Handler) {
 		rep = h(req, fd)
 	}
 	rep.PID = os.Getpid()
+	if rep.Then != nil {
+		defer rep.Then()
+	}
 	if rep.Lent > 0 {
 		sendLent(conn, rep)
 		return
 	}
 	json.NewEncoder(conn).Encode(rep)
+	conn.Close()
 }
 
 func closeAll(fds []int) {

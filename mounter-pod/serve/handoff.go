@@ -241,6 +241,11 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
 	case handoff.OpLend:
 		return m.lend(fd)
+	case handoff.OpHandOver:
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+		return m.handOver()
 	default:
 		if fd >= 0 {
 			syscall.Close(fd)

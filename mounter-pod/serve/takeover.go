@@ -1,12 +1,14 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -133,3 +135,35 @@ func (m *mounter) mode() string {
 }
 
 func fdPath(fd int) string { return fmt.Sprintf("/dev/fd/%d", fd) }
+
+// exitHandedOver is the exit code of a mounter that handed its connection
+// over: non-zero, so that its container restarts (restartPolicy
+// OnFailure) and the successor takes the connection over.
+const exitHandedOver = 75
+
+// handOver hands the served connection to a successor (handoff.OpHandOver)
+// and exits once the answer is written.
+func (m *mounter) handOver() handoff.Reply {
+	src := m.cfg.Source()
+	m.mu.Lock()
+	tfs := m.tfs
+	m.mu.Unlock()
+	if tfs == nil {
+		return handoff.Reply{Error: "nothing to hand over: not serving a connection a successor can take over", Source: src}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.drainTimeout())
+	defer cancel()
+	start := time.Now()
+	exit := func() {
+		writeTerminationLog(fmt.Errorf("handed the FUSE connection over to a successor"))
+		os.Exit(exitHandedOver)
+	}
+	if err := tfs.HandOver(ctx, m.current().Flush); err != nil {
+		// Requests are held now: exiting is the only way on, and the
+		// successor fails what was not uploaded, as after a crash.
+		m.cfg.Logger.Error("hand-over incomplete; exiting anyway", "err", err)
+		return handoff.Reply{Error: err.Error(), Source: src, Then: exit}
+	}
+	m.cfg.Logger.Info("handed the FUSE connection over; exiting for the successor", "took", time.Since(start).Round(time.Millisecond))
+	return handoff.Reply{OK: true, Source: src, Mode: m.mode(), Then: exit}
+}

@@ -1,0 +1,74 @@
+package takeover
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// gate holds requests back while the connection is handed over: a
+// request that meets a closed gate is never answered by this process, so
+// the kernel resends it to the successor.
+type gate struct {
+	mu       sync.Mutex
+	closed   bool
+	inflight int
+	drained  chan struct{} // closed when closed and inflight reaches 0
+}
+
+// op lets a request through the gate, or holds it forever once the gate
+// is closed; the returned func ends it.
+func (t *FS) op() func() {
+	g := &t.gate
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		select {} // the successor answers it, after the kernel resends it
+	}
+	g.inflight++
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.inflight--
+		if g.closed && g.inflight == 0 {
+			close(g.drained)
+		}
+	}
+}
+
+// HandOver readies the connection for a successor at a request boundary:
+// new requests are held (the successor gets them), those under way end,
+// flush uploads everything written, and the journal then says every
+// handle is clean, so the successor revives them all. After it returns
+// nil, the process must exit without answering anything more.
+func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) error {
+	g := &t.gate
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		g.drained = make(chan struct{})
+		if g.inflight == 0 {
+			close(g.drained)
+		}
+	}
+	drained := g.drained
+	g.mu.Unlock()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		return fmt.Errorf("hand over: requests under way did not end: %w", ctx.Err())
+	}
+	if err := flush(ctx); err != nil {
+		return fmt.Errorf("hand over: upload what was written: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for fh, h := range t.handles {
+		if h.Dirty && !h.lost {
+			h.Dirty = false
+			t.record("c %d", fh)
+		}
+	}
+	return nil
+}
