@@ -45,6 +45,7 @@ type options struct {
 	mountpoint string
 	handoff    string
 	probe      string
+	handOver   string
 	foreground bool
 	logFormat  string
 	verbose    bool
@@ -60,6 +61,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
   objfuse-mount [flags] BUCKET[/PREFIX] MOUNTPOINT
   objfuse-mount --handoff SOCKET [flags] BUCKET[/PREFIX]
   objfuse-mount --probe SOCKET
+  objfuse-mount --hand-over SOCKET
 
 Serves an S3 bucket, or the keys under PREFIX in it, as a directory.
 Credentials come from --credentials-dir (files accessKeyID,
@@ -106,6 +108,7 @@ Flags:
 	fl.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this host:port (and /debug/pprof/ when it is a loopback address)")
 	fl.BoolVar(&o.foreground, "foreground", false, "stay in the foreground (default: detach once mounted)")
 	fl.StringVar(&o.handoff, "handoff", "", "serve a FUSE handle received on this Unix socket (mounter pod mode)")
+	fl.StringVar(&o.handOver, "hand-over", "", "tell the mounter at this socket to hand its FUSE connection over at its next SIGTERM, to the container that replaces it (an upgrade: then change the mounter pod's image)")
 	fl.StringVar(&o.probe, "probe", "", "exit 0 if the mounter at this socket is ready (readiness probe)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVar(&o.verbose, "v", false, "verbose logging")
@@ -113,7 +116,7 @@ Flags:
 	if err := fl.Parse(args); err != nil {
 		return nil, err
 	}
-	if o.version || o.probe != "" {
+	if o.version || o.probe != "" || o.handOver != "" {
 		return o, nil
 	}
 	want := 2
@@ -191,6 +194,15 @@ func run(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "objfuse-mount: not ready: %v\n", err)
 			return 1
 		}
+		return 0
+	case o.handOver != "":
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := handoff.Call(hctx, o.handOver, handoff.Request{Op: handoff.OpHandOver, AtSignal: true}, -1); err != nil {
+			fmt.Fprintf(stderr, "objfuse-mount: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stdout, "armed: the next SIGTERM hands the connection over")
 		return 0
 	case o.handoff != "":
 		if err := serve.Handoff(ctx, o.cfg, o.handoff); err != nil {

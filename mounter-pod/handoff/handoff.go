@@ -68,6 +68,11 @@ type Request struct {
 	// earlier mounter of this volume served (it died, or handed over):
 	// resume it from the state that mounter saved, without INIT.
 	TakeOver bool `json:"takeOver,omitempty"`
+	// AtSignal, with OpHandOver: hand over at the next SIGTERM rather
+	// than now. An upgrade arms the mounter so, then changes its pod's
+	// image: kubelet stops the container (SIGTERM) and starts the new
+	// image in the same pod, which takes the connection over.
+	AtSignal bool `json:"atSignal,omitempty"`
 }
 
 // Reply is what the mounter answers.

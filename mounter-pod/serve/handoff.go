@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,6 +102,12 @@ func Handoff(ctx context.Context, cfg Config, socket string) error {
 				cfg.Logger.Info("signal while not serving; exiting", "signal", sig.String())
 				return nil
 			}
+			if m.handOverArmed.Load() {
+				cfg.Logger.Info("signal with a hand-over armed: handing the connection over", "signal", sig.String())
+				if rep := m.handOver(); rep.Then != nil {
+					rep.Then()
+				}
+			}
 			if stopping {
 				continue
 			}
@@ -129,13 +136,15 @@ type mounter struct {
 	// successor (with cfg.Takeover).
 	state connState
 
-	mu       sync.Mutex
-	fs       *fusefs.FS
-	srv      *fuse.Server
-	tfs      *takeover.FS // nil without cfg.Takeover
-	done     chan struct{}
-	released bool
-	served   servedHandle // for OpLend (lend.go)
+	mu  sync.Mutex
+	fs  *fusefs.FS
+	srv *fuse.Server
+	tfs *takeover.FS // nil without cfg.Takeover
+	// handOverArmed: hand over at the next signal (OpHandOver AtSignal).
+	handOverArmed atomic.Bool
+	done          chan struct{}
+	released      bool
+	served        servedHandle // for OpLend (lend.go)
 }
 
 func (m *mounter) wasReleased() bool {
@@ -244,6 +253,9 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 	case handoff.OpHandOver:
 		if fd >= 0 {
 			syscall.Close(fd)
+		}
+		if req.AtSignal {
+			return m.armHandOver()
 		}
 		return m.handOver()
 	default:

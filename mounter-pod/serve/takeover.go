@@ -167,3 +167,18 @@ func (m *mounter) handOver() handoff.Reply {
 	m.cfg.Logger.Info("handed the FUSE connection over; exiting for the successor", "took", time.Since(start).Round(time.Millisecond))
 	return handoff.Reply{OK: true, Source: src, Mode: m.mode(), Then: exit}
 }
+
+// armHandOver makes the next SIGTERM a hand-over instead of a drain
+// (handoff.Request.AtSignal).
+func (m *mounter) armHandOver() handoff.Reply {
+	src := m.cfg.Source()
+	m.mu.Lock()
+	tfs := m.tfs
+	m.mu.Unlock()
+	if tfs == nil {
+		return handoff.Reply{Error: "nothing to hand over: not serving a connection a successor can take over", Source: src}
+	}
+	m.handOverArmed.Store(true)
+	m.cfg.Logger.Info("armed: the next SIGTERM hands the connection over to the container that replaces this one")
+	return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
+}

@@ -360,40 +360,99 @@ const volumeParamTakeover = "takeover"
 // random moments; here no call may fail.
 func TestMounterKilledIsTakenOver(t *testing.T) {
 	s := newSuite(t)
+	s.survives(true, func(mounter *corev1.Pod) {
+		if out, err := s.exec(driverNS, mounter.Name, "mounter", "kill", "-QUIT", "1"); err != nil {
+			t.Fatalf("kill the mounter: %v %s", err, out)
+		}
+	})
+}
+
+// TestMounterUpgradeHandsOver: the upgrade procedure (README) on one
+// mounter: arm the hand-over, then change the mounter pod's image to a
+// newer one (here the same image under another tag, made on its node by
+// $E2E_TAG_IMAGE). kubelet stops the container; the mounter holds new
+// requests, uploads what was written and exits; the new image takes the
+// connection over. The writer does not pause: even a write under way when
+// the hand-over starts must not fail.
+func TestMounterUpgradeHandsOver(t *testing.T) {
+	s := newSuite(t)
+	s.survives(false, func(mounter *corev1.Pod) {
+		if out, err := s.exec(driverNS, mounter.Name, "mounter", "/objfuse-mount", "--hand-over", "/run/objfuse/mounter.sock"); err != nil {
+			t.Fatalf("arm the hand-over: %v %s", err, out)
+		}
+		old := mounter.Spec.Containers[0].Image
+		newer := strings.Split(old, ":")[0] + ":upgrade-test"
+		tag := env("E2E_TAG_IMAGE", `../local/node.sh exec "${E2E_NODE##*-}" ctr -n k8s.io images tag --force "$E2E_IMAGE" "$E2E_NEW_IMAGE"`)
+		cmd := exec.Command("sh", "-c", tag)
+		cmd.Env = append(os.Environ(), "E2E_NODE="+mounter.Spec.NodeName, "E2E_IMAGE="+old, "E2E_NEW_IMAGE="+newer)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tag the image (%s): %v\n%s", tag, err, out)
+		}
+		p := mounter.DeepCopy()
+		p.Spec.Containers[0].Image = newer
+		if _, err := s.kc.CoreV1().Pods(driverNS).Update(s.ctx(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("change the mounter's image: %v", err)
+		}
+		s.eventually(2*time.Minute, "the new image to run", func() (bool, error) {
+			p, err := s.kc.CoreV1().Pods(driverNS).Get(s.ctx(), mounter.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				if c.Name == "mounter" && c.Image == newer && c.State.Running != nil {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	})
+}
+
+// survives runs disrupt on the mounter while one pod appends and fsyncs
+// lines and another reads the file, both without mount propagation, then
+// checks neither saw an error or restarted, every line is in S3 once, and
+// the writer was told the connection was taken over. With pause, disrupt
+// comes while the writer has nothing unflushed (it waits between two
+// lines, polling the mount).
+func (s *suite) survives(pause bool, disrupt func(mounter *corev1.Pod)) {
+	t := s.t
+	t.Helper()
 	s.pvc("survive", scBucket, corev1.ReadWriteMany)
 	pv := s.boundPV("survive")
 	bucket, prefix := volume(pv)
-	const lines = 40
+	const lines = 80
+	wait := ":"
+	if pause {
+		wait = "while [ ! -e /data/resume ]; do sleep 0.05; done"
+	}
 	s.pod("writer", "survive", fmt.Sprintf(`set -e; i=0; while [ $i -lt %d ]; do
   echo "line $i" >> /data/log.txt; sync /data/log.txt; i=$((i+1))
-  if [ $i = 20 ]; then touch /data/paused; sync /data/paused; while [ ! -e /data/resume ]; do sleep 0.05; done; fi
-  sleep 0.05
-done; echo done`, lines), podOpts{})
+  if [ $i = 20 ]; then touch /data/paused; sync /data/paused; %s; fi
+  sleep 0.1
+done; echo done`, lines, wait), podOpts{})
 	s.waitPod("writer", corev1.PodRunning, 3*time.Minute)
 	s.pod("reader", "survive", `set -e; n=0; while [ ! -e /data/done ]; do if [ -e /data/log.txt ]; then cat /data/log.txt > /dev/null; fi; n=$((n+1)); sleep 0.02; done; echo "read $n times"`, podOpts{})
 	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
-	s.eventually(2*time.Minute, "the writer to pause", func() (bool, error) {
+	s.eventually(2*time.Minute, "the writer at its 20th line", func() (bool, error) {
 		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"paused", minio.StatObjectOptions{})
 		return err == nil, nil
 	})
-	mounter := s.mounterPodOf(pv.Spec.CSI.VolumeHandle).Name
-	killed := time.Now()
-	if out, err := s.exec(driverNS, mounter, "mounter", "kill", "-QUIT", "1"); err != nil {
-		t.Fatalf("kill the mounter: %v %s", err, out)
-	}
+	mounter := s.mounterPodOf(pv.Spec.CSI.VolumeHandle)
+	start := time.Now()
+	disrupt(mounter)
 	s.eventFor(s.ns, "Pod", "writer", "took the volume's connection over", 2*time.Minute)
-	t.Logf("taken over: the Event came %v after the kill", time.Since(killed).Round(time.Millisecond))
-	resume := []byte("go\n")
-	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"resume", bytes.NewReader(resume), int64(len(resume)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
+	t.Logf("taken over: the Event came %v after the disruption began", time.Since(start).Round(time.Millisecond))
+	put := func(key string) {
+		b := []byte("x\n")
+		if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	put("resume")
 	if out := s.waitPod("writer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "done") {
 		t.Fatalf("writer: %q", out)
 	}
-	done := []byte("done\n")
-	if _, err := s.s3.PutObject(s.ctx(), bucket, prefix+"done", bytes.NewReader(done), int64(len(done)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	put("done")
 	if out := s.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "read ") {
 		t.Fatalf("reader: %q", out)
 	}
@@ -404,8 +463,12 @@ done; echo done`, lines), podOpts{})
 	defer o.Close()
 	var buf bytes.Buffer
 	buf.ReadFrom(o)
-	if n := strings.Count(buf.String(), "\n"); n != lines {
-		t.Fatalf("log has %d lines, want %d: %q", n, lines, buf.String())
+	var want strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if buf.String() != want.String() {
+		t.Fatalf("log in S3 is not the %d lines, each once: %q", lines, buf.String())
 	}
 	for _, name := range []string{"writer", "reader"} {
 		p, err := s.kc.CoreV1().Pods(s.ns).Get(s.ctx(), name, metav1.GetOptions{})
