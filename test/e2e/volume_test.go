@@ -384,7 +384,7 @@ func TestMounterUpgradeHandsOver(t *testing.T) {
 		newer := strings.Split(old, ":")[0] + ":upgrade-test"
 		tag := env("E2E_TAG_IMAGE", `../local/node.sh exec "${E2E_NODE##*-}" ctr -n k8s.io images tag --force "$E2E_IMAGE" "$E2E_NEW_IMAGE"`)
 		cmd := exec.Command("sh", "-c", tag)
-		cmd.Env = append(os.Environ(), "E2E_NODE="+mounter.Spec.NodeName, "E2E_IMAGE="+old, "E2E_NEW_IMAGE="+newer)
+		cmd.Env = append(os.Environ(), "E2E_NODE="+mounter.Spec.NodeName, "E2E_IMAGE="+fullRef(old), "E2E_NEW_IMAGE="+fullRef(newer))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("tag the image (%s): %v\n%s", tag, err, out)
 		}
@@ -393,19 +393,32 @@ func TestMounterUpgradeHandsOver(t *testing.T) {
 		if _, err := s.kc.CoreV1().Pods(driverNS).Update(s.ctx(), p, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("change the mounter's image: %v", err)
 		}
-		s.eventually(2*time.Minute, "the new image to run", func() (bool, error) {
+		// The old container handed over: it said so as it exited 75.
+		s.eventually(time.Minute, "the old container to hand over", func() (bool, error) {
 			p, err := s.kc.CoreV1().Pods(driverNS).Get(s.ctx(), mounter.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, err
 			}
 			for _, c := range p.Status.ContainerStatuses {
-				if c.Name == "mounter" && c.Image == newer && c.State.Running != nil {
+				if last := c.LastTerminationState.Terminated; c.Name == "mounter" && last != nil {
+					if last.ExitCode != 75 || !strings.Contains(last.Message, "handed the FUSE connection over") {
+						t.Fatalf("the old container ended otherwise: exit %d, %q", last.ExitCode, last.Message)
+					}
 					return true, nil
 				}
 			}
 			return false, nil
 		})
 	})
+}
+
+// fullRef is an image reference as containerd names it: a short name
+// like objfuse:TAG is docker.io/library/objfuse:TAG.
+func fullRef(ref string) string {
+	if name, _, _ := strings.Cut(ref, ":"); !strings.Contains(name, "/") {
+		return "docker.io/library/" + ref
+	}
+	return ref
 }
 
 // survives runs disrupt on the mounter while one pod appends and fsyncs
@@ -431,7 +444,12 @@ func (s *suite) survives(pause bool, disrupt func(mounter *corev1.Pod)) {
   sleep 0.1
 done; echo done`, lines, wait), podOpts{})
 	s.waitPod("writer", corev1.PodRunning, 3*time.Minute)
-	s.pod("reader", "survive", `set -e; n=0; while [ ! -e /data/done ]; do if [ -e /data/log.txt ]; then cat /data/log.txt > /dev/null; fi; n=$((n+1)); sleep 0.02; done; echo "read $n times"`, podOpts{})
+	w, err := s.kc.CoreV1().Pods(s.ns).Get(s.ctx(), "writer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On the writer's node: one mounter serves both.
+	s.pod("reader", "survive", `set -e; n=0; while [ ! -e /data/done ]; do if [ -e /data/log.txt ]; then cat /data/log.txt > /dev/null; fi; n=$((n+1)); sleep 0.02; done; echo "read $n times"`, podOpts{nodeSelector: onNode(w.Spec.NodeName)})
 	s.waitPod("reader", corev1.PodRunning, 3*time.Minute)
 	s.eventually(2*time.Minute, "the writer at its 20th line", func() (bool, error) {
 		_, err := s.s3.StatObject(s.ctx(), bucket, prefix+"paused", minio.StatObjectOptions{})
