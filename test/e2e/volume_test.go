@@ -367,6 +367,39 @@ func TestMounterKilledIsTakenOver(t *testing.T) {
 	})
 }
 
+// TestMounterOOMKilledIsTakenOver: the mounter's memory limit is far
+// below what its volume lets it buffer, and a third pod writes a large
+// file fast: the kernel's OOM killer ends the mounter. That pod's write
+// fails (what it wrote was in the dead mounter's memory); the writer (with
+// nothing unflushed) and the reader carry on without an error.
+func TestMounterOOMKilledIsTakenOver(t *testing.T) {
+	s := newSuite(t)
+	small := s.storageClassVariant("oom", func(sc *storagev1.StorageClass) {
+		sc.Parameters["mounterMemoryLimit"] = "64Mi"
+		sc.Parameters["memoryLimitMiB"] = "1024"
+		sc.Parameters["partSizeMiB"] = "32"
+		sc.Parameters["concurrency"] = "8"
+	})
+	s.survivesOn(small, true, func(mounter *corev1.Pod) {
+		s.pod("hog", "survive", `dd if=/dev/zero of=/data/big bs=4M count=256; echo "dd exit $?"`, podOpts{nodeSelector: onNode(mounter.Spec.NodeName)})
+		s.eventually(3*time.Minute, "the OOM killer to end the mounter", func() (bool, error) {
+			p, err := s.kc.CoreV1().Pods(driverNS).Get(s.ctx(), mounter.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				if last := c.LastTerminationState.Terminated; c.Name == "mounter" && last != nil {
+					if last.Reason != "OOMKilled" {
+						t.Fatalf("the mounter ended otherwise: %s, exit %d", last.Reason, last.ExitCode)
+					}
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	})
+}
+
 // TestMounterUpgradeHandsOver: the upgrade procedure (README) on one
 // mounter: arm the hand-over, then change the mounter pod's image to a
 // newer one (here the same image under another tag, made on its node by
@@ -428,9 +461,15 @@ func fullRef(ref string) string {
 // comes while the writer has nothing unflushed (it waits between two
 // lines, polling the mount).
 func (s *suite) survives(pause bool, disrupt func(mounter *corev1.Pod)) {
+	s.t.Helper()
+	s.survivesOn(scBucket, pause, disrupt)
+}
+
+// survivesOn is survives with the volume in StorageClass sc.
+func (s *suite) survivesOn(sc string, pause bool, disrupt func(mounter *corev1.Pod)) {
 	t := s.t
 	t.Helper()
-	s.pvc("survive", scBucket, corev1.ReadWriteMany)
+	s.pvc("survive", sc, corev1.ReadWriteMany)
 	pv := s.boundPV("survive")
 	bucket, prefix := volume(pv)
 	const lines = 80
