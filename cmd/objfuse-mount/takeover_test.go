@@ -68,6 +68,9 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			t.Fatalf("kill %d: the successor cannot take over: %+v %v", i+1, rep, err)
 		}
 		hand(t, m.sock, fd, true)
+		if rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1); err != nil || rep.Mode != handoff.ModeTakeover {
+			t.Fatalf("kill %d: the successor reports mode %q (%v), want %q", i+1, rep.Mode, err, handoff.ModeTakeover)
+		}
 		w.waitAcks(t, acked+1)
 		stalls = append(stalls, time.Since(killed))
 	}

@@ -126,9 +126,13 @@ func (m *mounter) takeOver(fd int) (*fuse.Server, error) {
 	return srv, nil
 }
 
-// mode is how the served mount survives this mounter.
+// mode is how the served mount survives this mounter: taken over when
+// this mounter keeps what a successor needs and the kernel can resend
+// (Linux 6.9 and later), repaired otherwise.
 func (m *mounter) mode() string {
-	if m.cfg.Takeover {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tfs != nil && m.srv != nil && canResend(m.srv.KernelSettings()) {
 		return handoff.ModeTakeover
 	}
 	return handoff.ModeRepair
@@ -165,7 +169,7 @@ func (m *mounter) handOver() handoff.Reply {
 		return handoff.Reply{Error: err.Error(), Source: src, Then: exit}
 	}
 	m.cfg.Logger.Info("handed the FUSE connection over; exiting for the successor", "took", time.Since(start).Round(time.Millisecond))
-	return handoff.Reply{OK: true, Source: src, Mode: m.mode(), Then: exit}
+	return handoff.Reply{OK: true, Source: src, Mode: handoff.ModeTakeover, Then: exit}
 }
 
 // armHandOver makes the next SIGTERM a hand-over instead of a drain
@@ -180,5 +184,5 @@ func (m *mounter) armHandOver() handoff.Reply {
 	}
 	m.handOverArmed.Store(true)
 	m.cfg.Logger.Info("armed: the next SIGTERM hands the connection over to the container that replaces this one")
-	return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
+	return handoff.Reply{OK: true, Serving: true, Source: src, Mode: handoff.ModeTakeover}
 }
