@@ -68,10 +68,17 @@ type Journal struct {
 	path    string
 	f       *os.File
 	records int
+	// size is the file's length after its last whole record.
+	size int64
 }
 
-// Load reads the journal at path. A journal cut short by the death of its
-// writer mid-line loses only that line.
+// Load reads the journal at path. A last line with no newline is a record
+// whose write was cut short and is dropped: it may be the head of a
+// longer one ("f 5" of "f 57"). Each record is one write(2), yet one
+// write can stop midway: the disk fills, or a SIGKILL arrives between two
+// of the pages a record spans (the kernel checks for one per page). A
+// writer that outlives a failed append cuts the file back (append), so a
+// partial line is only ever the last.
 func Load(path string) (*Saved, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -90,20 +97,22 @@ var errBadRecord = errors.New("bad record")
 
 func parse(r io.Reader) (*Saved, error) {
 	s := newSaved()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	if !sc.Scan() || sc.Text() != journalVersion {
+	br := bufio.NewReader(r)
+	if head, err := br.ReadString('\n'); err != nil || head != journalVersion+"\n" {
 		return nil, fmt.Errorf("not a journal of this version (want first line %q)", journalVersion)
 	}
-	for line := 1; sc.Scan(); line++ {
-		if err := s.apply(sc.Text()); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line+1, err)
+	for line := 2; ; line++ {
+		rec, err := br.ReadString('\n')
+		if err == io.EOF {
+			return s, nil // rec, if any, is a write cut short (Load)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := s.apply(rec[:len(rec)-1]); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
 	}
-	if err := sc.Err(); err != nil && !errors.Is(err, bufio.ErrTooLong) {
-		return nil, err
-	}
-	return s, nil
 }
 
 // apply takes one record into s.
@@ -208,7 +217,8 @@ func (j *Journal) rewrite(s *Saved) error {
 	if err != nil {
 		return fmt.Errorf("write takeover journal: %w", err)
 	}
-	w := bufio.NewWriter(f)
+	cw := &countingWriter{w: f}
+	w := bufio.NewWriter(cw)
 	fmt.Fprintln(w, journalVersion)
 	fmt.Fprintf(w, "next %d %d\n", s.NextNode, s.NextHandle)
 	for id, n := range s.Nodes {
@@ -238,8 +248,20 @@ func (j *Journal) rewrite(s *Saved) error {
 	if j.f != nil {
 		j.f.Close()
 	}
-	j.f, j.records = nf, 0
+	j.f, j.records, j.size = nf, 0, cw.n
 	return nil
+}
+
+// countingWriter counts what goes through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func nodeRecord(id uint64, n SavedNode) string {
@@ -258,11 +280,20 @@ func bit(b bool) int {
 }
 
 // append writes one record. One write(2) per record: a process killed
-// between two leaves whole lines.
+// between two leaves whole lines. A write that fails midway (a full disk)
+// is cut off again, so that the records after it, once there is room,
+// follow a whole line.
 func (j *Journal) append(record string) error {
-	if _, err := j.f.WriteString(record + "\n"); err != nil {
+	n, err := j.f.WriteString(record + "\n")
+	if err != nil {
+		if n > 0 {
+			if terr := j.f.Truncate(j.size); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}
 		return fmt.Errorf("append to takeover journal %s: %w", j.path, err)
 	}
+	j.size += int64(n)
 	j.records++
 	return nil
 }
