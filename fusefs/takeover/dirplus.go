@@ -30,7 +30,7 @@ func (t *FS) enteredAll(parent uint64, buf []byte) {
 		}
 		name := string(d[direntSize:end])
 		if name != "." && name != ".." {
-			t.entered(parent, name, out)
+			t.entered(parent, name, out, false)
 		}
 		next := entryOutSize + (end+7)&^7
 		if next > len(buf) {

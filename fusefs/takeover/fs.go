@@ -3,6 +3,7 @@ package takeover
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
 	"strconv"
 	"sync"
@@ -25,11 +26,15 @@ type FS struct {
 
 	// mu guards the tables and the journal; it is never held across a
 	// call into inner, which may wait on S3.
-	mu       sync.Mutex
-	journal  *Journal
-	nodes    map[uint64]*node    // kernel node id → node
-	byInner  map[uint64]uint64   // inner node id → kernel node id
-	children map[childKey]uint64 // (parent, name) → kernel node id
+	mu      sync.Mutex
+	journal *Journal
+	nodes   map[uint64]*node  // kernel node id → node
+	byInner map[uint64]uint64 // inner node id → kernel node id
+	// children is (parent, name) → kernel node id, of live nodes and of
+	// a predecessor's not yet revived alike: a rename or unlink must
+	// move or unname a node the kernel holds but has not used since the
+	// takeover, or its revival would look up whatever holds its old name.
+	children map[childKey]uint64
 	handles  map[uint64]*handle
 	// old is what a predecessor gave out that the kernel has not used
 	// since: revived on first use, dropped when forgotten or released.
@@ -85,10 +90,18 @@ const rootID = fuse.FUSE_ROOT_ID
 // must send its notifications through the callbacks it is given (go-fuse:
 // fs.Options.ServerCallbacks), for they carry inner node ids. The journal
 // starts afresh at journalPath with what prev holds (nil for a new
-// connection; Load's result in a successor).
+// connection; Load's result in a successor), which FS copies: the
+// caller's stays as it was.
 func New(journalPath string, prev *Saved, log *slog.Logger, newInner func(fs.ServerCallbacks) fuse.RawFileSystem) (*FS, error) {
 	if prev == nil {
 		prev = newSaved()
+	}
+	prev = &Saved{Nodes: maps.Clone(prev.Nodes), Handles: maps.Clone(prev.Handles), NextNode: prev.NextNode, NextHandle: prev.NextHandle}
+	if prev.Nodes == nil {
+		prev.Nodes = map[uint64]SavedNode{}
+	}
+	if prev.Handles == nil {
+		prev.Handles = map[uint64]SavedHandle{}
 	}
 	j, err := Create(journalPath, prev)
 	if err != nil {
@@ -104,6 +117,11 @@ func New(journalPath string, prev *Saved, log *slog.Logger, newInner func(fs.Ser
 		old:        prev,
 		nextNode:   max(prev.NextNode, firstNode),
 		nextHandle: max(prev.NextHandle, 1),
+	}
+	for id, n := range prev.Nodes {
+		if n.Parent != 0 {
+			t.children[childKey{n.Parent, n.Name}] = id
+		}
 	}
 	t.inner = newInner(callbacks{t})
 	return t, nil
@@ -206,11 +224,26 @@ func (t *FS) reviveNode(id uint64) (uint64, fuse.Status) {
 		return t.stale(id, fmt.Sprintf("%q is now another type of file", saved.Name))
 	}
 	t.mu.Lock()
+	if n, ok := t.nodes[id]; ok {
+		// A lookup of its name took it in meanwhile (adopt): this
+		// lookup is one more on its inner node, or one to give back.
+		same := n.inner == out.NodeId
+		if same {
+			n.count++
+		}
+		t.mu.Unlock()
+		if !same {
+			t.inner.Forget(out.NodeId, 1)
+		}
+		return n.inner, fuse.OK
+	}
+	if cur, ok := t.old.Nodes[id]; ok {
+		saved = cur // renamed meanwhile
+	}
 	t.nodes[id] = &node{inner: out.NodeId, count: 1, SavedNode: saved}
 	if _, ok := t.byInner[out.NodeId]; !ok {
 		t.byInner[out.NodeId] = id
 	}
-	t.children[childKey{saved.Parent, saved.Name}] = id
 	delete(t.old.Nodes, id)
 	t.mu.Unlock()
 	t.stats.RevivedNodes.Add(1)
@@ -224,8 +257,10 @@ func (t *FS) stale(id uint64, why string) (uint64, fuse.Status) {
 }
 
 // entered takes in a node the inner filesystem handed out under parent
-// (a kernel id) and name, and gives out its kernel id in out.
-func (t *FS) entered(parent uint64, name string, out *fuse.EntryOut) {
+// (a kernel id) and name, and gives out its kernel id in out. made: the
+// request made the name (create, mkdir, link...); else it found it
+// (lookup, READDIRPLUS).
+func (t *FS) entered(parent uint64, name string, out *fuse.EntryOut, made bool) {
 	if out.NodeId == 0 {
 		return // a negative entry: nothing to number
 	}
@@ -243,12 +278,15 @@ func (t *FS) entered(parent uint64, name string, out *fuse.EntryOut) {
 		out.NodeId = id
 		return
 	}
-	id = t.nextNode
-	t.nextNode++
 	saved := SavedNode{Parent: parent, Name: name, Type: out.Mode & syscall.S_IFMT}
 	if name == "" {
 		saved.Parent = 0
+	} else if id, ok := t.adopt(parent, name, out, made); ok {
+		out.NodeId = id
+		return
 	}
+	id = t.nextNode
+	t.nextNode++
 	t.nodes[id] = &node{inner: out.NodeId, count: 1, SavedNode: saved}
 	t.byInner[out.NodeId] = id
 	if saved.Parent != 0 {
@@ -259,17 +297,57 @@ func (t *FS) entered(parent uint64, name string, out *fuse.EntryOut) {
 	out.NodeId = id
 }
 
+// adopt takes in a node found at parent/name as the predecessor's node
+// of that name and type, which the kernel may hold (its dentry found
+// again): the kernel keeps its number for it. Called with mu held.
+func (t *FS) adopt(parent uint64, name string, out *fuse.EntryOut, made bool) (uint64, bool) {
+	id, ok := t.children[childKey{parent, name}]
+	if !ok || made {
+		return 0, false // made: the name was free, a predecessor's node of it is gone
+	}
+	saved, ok := t.old.Nodes[id]
+	if !ok || saved.Type != out.Mode&syscall.S_IFMT {
+		return 0, false
+	}
+	t.nodes[id] = &node{inner: out.NodeId, count: 1, SavedNode: saved}
+	t.byInner[out.NodeId] = id
+	delete(t.old.Nodes, id)
+	t.stats.RevivedNodes.Add(1)
+	return id, true
+}
+
+// place is node id's place in the tree, live or a predecessor's.
+// Called with mu held.
+func (t *FS) place(id uint64) (SavedNode, bool) {
+	if n, ok := t.nodes[id]; ok {
+		return n.SavedNode, true
+	}
+	s, ok := t.old.Nodes[id]
+	return s, ok
+}
+
+// setPlace gives node id, live or a predecessor's, parent and name.
+// Called with mu held.
+func (t *FS) setPlace(id, parent uint64, name string) {
+	if n, ok := t.nodes[id]; ok {
+		n.Parent, n.Name = parent, name
+	} else if s, ok := t.old.Nodes[id]; ok {
+		s.Parent, s.Name = parent, name
+		t.old.Nodes[id] = s
+	}
+}
+
 // rename moves node id to parent/name. Called with mu held.
 func (t *FS) rename(id, parent uint64, name string) {
-	n := t.nodes[id]
-	if n == nil {
+	n, ok := t.place(id)
+	if !ok {
 		return
 	}
-	if k := (childKey{n.Parent, n.Name}); t.children[k] == id {
+	if k := (childKey{n.Parent, n.Name}); n.Parent != 0 && t.children[k] == id {
 		delete(t.children, k)
 	}
 	t.unname(parent, name)
-	n.Parent, n.Name = parent, name
+	t.setPlace(id, parent, name)
 	t.children[childKey{parent, name}] = id
 	t.record("m %d %d %s", id, parent, strconv.Quote(name))
 }
@@ -282,8 +360,8 @@ func (t *FS) unname(parent uint64, name string) {
 		return
 	}
 	delete(t.children, k)
-	if n := t.nodes[id]; n != nil {
-		n.Parent, n.Name = 0, ""
+	if _, ok := t.place(id); ok {
+		t.setPlace(id, 0, "")
 		t.record("u %d", id)
 	}
 }
@@ -295,8 +373,11 @@ func (t *FS) forget(id, nlookup uint64) (inner, count uint64) {
 	defer t.mu.Unlock()
 	n, ok := t.nodes[id]
 	if !ok {
-		if _, old := t.old.Nodes[id]; old {
+		if o, old := t.old.Nodes[id]; old {
 			delete(t.old.Nodes, id)
+			if k := (childKey{o.Parent, o.Name}); o.Parent != 0 && t.children[k] == id {
+				delete(t.children, k)
+			}
 			t.record("f %d", id)
 		}
 		return 0, 0

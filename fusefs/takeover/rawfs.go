@@ -34,7 +34,7 @@ func (t *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 		return st
 	}
 	if st = t.inner.Lookup(cancel, &in, name, out); st.Ok() {
-		t.entered(h.NodeId, name, out)
+		t.entered(h.NodeId, name, out, false)
 	}
 	return st
 }
@@ -91,7 +91,7 @@ func (t *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 		return st
 	}
 	if st = t.inner.Mknod(cancel, &c, name, out); st.Ok() {
-		t.entered(in.NodeId, name, out)
+		t.entered(in.NodeId, name, out, true)
 	}
 	return st
 }
@@ -104,7 +104,7 @@ func (t *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 		return st
 	}
 	if st = t.inner.Mkdir(cancel, &c, name, out); st.Ok() {
-		t.entered(in.NodeId, name, out)
+		t.entered(in.NodeId, name, out, true)
 	}
 	return st
 }
@@ -175,7 +175,7 @@ func (t *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 		return st
 	}
 	if st = t.inner.Link(cancel, &c, name, out); st.Ok() {
-		t.entered(in.NodeId, name, out)
+		t.entered(in.NodeId, name, out, true)
 	}
 	return st
 }
@@ -187,7 +187,7 @@ func (t *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkNa
 		return st
 	}
 	if st = t.inner.Symlink(cancel, &in, pointedTo, linkName, out); st.Ok() {
-		t.entered(h.NodeId, linkName, out)
+		t.entered(h.NodeId, linkName, out, true)
 	}
 	return st
 }
@@ -256,7 +256,7 @@ func (t *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 		return st
 	}
 	if st = t.inner.Create(cancel, &c, name, out); st.Ok() {
-		t.entered(in.NodeId, name, &out.EntryOut)
+		t.entered(in.NodeId, name, &out.EntryOut, true)
 		out.Fh = t.opened(out.NodeId, out.Fh, in.Flags|syscall.O_CREAT, false)
 	}
 	return st
@@ -270,7 +270,7 @@ func (t *FS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Create
 		return st
 	}
 	if st = t.inner.Tmpfile(cancel, &c, out); st.Ok() {
-		t.entered(in.NodeId, "", &out.EntryOut)
+		t.entered(in.NodeId, "", &out.EntryOut, true)
 		out.Fh = t.opened(out.NodeId, out.Fh, in.Flags|syscall.O_CREAT, false)
 	}
 	return st
