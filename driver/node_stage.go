@@ -187,6 +187,9 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 	if err := n.mounts.TuneReadahead(mnt, mounts.ReadaheadKiB); err != nil {
 		n.log.Warn("kernel readahead left at its default", "volume", st.VolumeID, "err", err)
 	}
+	if err := n.mounts.DisablePoll(mnt); err != nil {
+		n.log.Warn("the kernel will ask the mounter to poll each file opened by a Go program", "volume", st.VolumeID, "err", err)
+	}
 	return nil
 }
 

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
@@ -161,7 +159,7 @@ func mountFor(t testing.TB, f *fusefs.FS, dir string) (unmount func() error, err
 	}
 	srv, _, err := f.ServeTakeover(fmt.Sprintf("/dev/fd/%d", fd), "objfuse:test", filepath.Join(t.TempDir(), "journal"), nil)
 	if err == nil {
-		err = pollHack(dir)
+		err = (mounts.System{}).DisablePoll(dir)
 	}
 	if err != nil {
 		syscall.Unmount(dir, syscall.MNT_DETACH)
@@ -174,23 +172,6 @@ func mountFor(t testing.TB, f *fusefs.FS, dir string) (unmount func() error, err
 		srv.Wait()
 		return nil
 	}, nil
-}
-
-// pollHack tells the kernel that the mount at dir does not poll, as
-// go-fuse's Server.WaitMount does for a mount it made and cannot for one
-// served from /dev/fd/N: it polls go-fuse's magic file, which go-fuse
-// answers ENOSYS. Without it, every file this process opens on the mount
-// (Go adds each to its epoll set) sends a FUSE_POLL, and one whose reply
-// the kernel lost left epoll_ctl waiting with the epoll set's mutex held,
-// so every later open in the process hung.
-func pollHack(dir string) error {
-	fd, err := syscall.Open(filepath.Join(dir, ".go-fuse-epoll-hack"), syscall.O_RDONLY, 0)
-	if err != nil {
-		return fmt.Errorf("poll hack: %w", err)
-	}
-	defer syscall.Close(fd)
-	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
-	return nil
 }
 
 // stored reads an object straight from the store, bypassing the mount.

@@ -151,6 +151,13 @@ func (f *Fake) Abort(m mount.MountInfo) error {
 	return nil
 }
 
+func (f *Fake) DisablePoll(mountpoint string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("nopoll %s", mountpoint)
+	return nil
+}
+
 func (f *Fake) TuneReadahead(mountpoint string, kib int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -40,6 +40,9 @@ type Mounter interface {
 	// TuneReadahead sets the kernel readahead of the FUSE mount at
 	// mountpoint to kib, once its daemon has answered INIT.
 	TuneReadahead(mountpoint string, kib int) error
+	// DisablePoll tells the kernel that the FUSE mount at mountpoint
+	// does not poll, once its daemon serves (see System.DisablePoll).
+	DisablePoll(mountpoint string) error
 	// List is the mount table, never a stat on a FUSE path (which could
 	// hang on a dead daemon).
 	List() ([]mount.MountInfo, error)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ReadaheadKiB is the kernel readahead objfuse mounts get: one READ of the
@@ -62,4 +64,20 @@ func readaheadFile(mountpoint string) (string, error) {
 		return "", fmt.Errorf("readahead of %s: not mounted", mountpoint)
 	}
 	return fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", m.Major, m.Minor), nil
+}
+
+// DisablePoll polls go-fuse's magic file on the mount, which go-fuse
+// answers ENOSYS, so that the kernel stops asking: go-fuse does this for
+// mounts it makes itself and cannot for a handle served from /dev/fd/N.
+// Without it, every file a Go program opens on the mount (Go adds each to
+// its epoll set) sends the daemon a FUSE_POLL, and one whose answer the
+// kernel lost left the program in epoll_ctl, holding its epoll set's lock.
+func (System) DisablePoll(mountpoint string) error {
+	fd, err := unix.Open(filepath.Join(mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("disable poll on %s: %w", mountpoint, err)
+	}
+	defer unix.Close(fd)
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	return nil
 }
