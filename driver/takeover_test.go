@@ -11,6 +11,7 @@ import (
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/test/csitest"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // With takeover on, the node keeps the kernel's connection: a killed
@@ -23,7 +24,9 @@ func TestKilledMounterThatCannotResumeIsRepaired(t *testing.T) {
 	events := &podEvents{}
 	env := csitest.Start(t, csitest.Options{ReconcileEvery: time.Second, MountTakeover: true, Events: events})
 	staging, target := filepath.Join(env.Dir, "staging"), filepath.Join(env.Dir, "target")
-	id, _ := publishedVolume(t, env, "pvc-keep", staging, map[string]bool{target: false})
+	// A mounter that keeps nothing for a successor (takeover "false"), as
+	// one on a kernel that cannot resend.
+	id, _ := publishedVolumeWith(t, env, "pvc-keep", map[string]string{volume.ParamTakeover: "false"}, staging, map[string]bool{target: false})
 	data := bytes.Repeat([]byte("kept\n"), 100)
 	if err := os.WriteFile(filepath.Join(target, "f"), data, 0o644); err != nil {
 		t.Fatal(err)
