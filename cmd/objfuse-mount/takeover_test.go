@@ -36,19 +36,7 @@ const kills = 20
 // files open before the kills stay open and usable; every line the
 // writer fsynced is in S3.
 func TestTakeoverAfterSIGKILL(t *testing.T) {
-	srv := miniotest.Start(t)
-	staging := t.TempDir()
-	m := startHandoff(t, srv, "--staging-dir", staging)
-	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fd) // the node plugin's: the connection outlives each mounter
-	hand(t, m.sock, fd, false)
-	if err := (mounts.System{}).DisablePoll(m.mnt); err != nil {
-		t.Fatal(err)
-	}
-
+	srv, staging, m, fd := servedMount(t)
 	file := filepath.Join(m.mnt, "log")
 	w := startWorkload(t, "writer", file)
 	w.waitAcks(t, 1)
@@ -107,14 +95,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 	}
 	t.Logf("writer: %d lines fsynced, %d handles lost with a mounter's memory", w.acks(), lost)
 
-	obj, err := srv.Client().GetObject(context.Background(), m.bucket, "log", minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := storedObject(t, srv, m.bucket, "log")
 	n, repeated, ok := countedLines(string(body))
 	for _, k := range repeated {
 		if !slices.ContainsFunc(w.failures, func(f string) bool { return strings.HasPrefix(f, fmt.Sprintf("fsync %d:", k)) }) {
@@ -125,6 +106,41 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 	if !ok || n < w.acks() {
 		t.Errorf("S3 holds %d whole counted lines (ok=%v), want the %d fsynced: %s", n, ok, w.acks(), linesMismatch(string(body)))
 	}
+}
+
+// servedMount starts a mounter with a staging directory its successors
+// share, mounts FUSE as the node plugin does and hands the connection
+// over; fd is the node plugin's copy, which outlives each mounter (closed
+// when the test ends).
+func servedMount(t *testing.T) (srv *miniotest.Server, staging string, m *handoffMounter, fd int) {
+	t.Helper()
+	srv = miniotest.Start(t)
+	staging = t.TempDir()
+	m = startHandoff(t, srv, "--staging-dir", staging)
+	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	hand(t, m.sock, fd, false)
+	if err := (mounts.System{}).DisablePoll(m.mnt); err != nil {
+		t.Fatal(err)
+	}
+	return srv, staging, m, fd
+}
+
+// storedObject reads key straight from S3.
+func storedObject(t *testing.T, srv *miniotest.Server, bucket, key string) []byte {
+	t.Helper()
+	obj, err := srv.Client().GetObject(context.Background(), bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
 
 // hand gives the mounter at sock a duplicate of the connection, as the
@@ -417,19 +433,7 @@ func linesMismatch(s string) string {
 // holds every line once.
 func TestPlannedHandOver(t *testing.T) {
 	const handOvers = 5
-	srv := miniotest.Start(t)
-	staging := t.TempDir()
-	m := startHandoff(t, srv, "--staging-dir", staging)
-	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fd)
-	hand(t, m.sock, fd, false)
-	if err := (mounts.System{}).DisablePoll(m.mnt); err != nil {
-		t.Fatal(err)
-	}
-
+	srv, staging, m, fd := servedMount(t)
 	file := filepath.Join(m.mnt, "log")
 	w := startWorkload(t, "writer", file, "OBJFUSE_TEST_NO_PAUSE=1")
 	w.waitAcks(t, 1)
@@ -464,14 +468,7 @@ func TestPlannedHandOver(t *testing.T) {
 	if len(w.failures)+len(r.failures) > 0 {
 		t.Errorf("failed calls: writer %q, reader %q", w.failures, r.failures)
 	}
-	obj, err := srv.Client().GetObject(context.Background(), m.bucket, "log", minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := storedObject(t, srv, m.bucket, "log")
 	if n, repeated, ok := countedLines(string(body)); !ok || len(repeated) > 0 || n < w.acks() {
 		t.Errorf("S3 holds %d counted lines (repeated %v, ok=%v), want the %d fsynced, each once: %s", n, repeated, ok, w.acks(), linesMismatch(string(body)))
 	}
