@@ -22,7 +22,7 @@ test: unit fuzz e2e
 unit:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
 	OBJFUSE_TEST_TAKEOVER=1 CGO_ENABLED=1 go test -race -count=1 -timeout 10m -run 'TestPOSIX' ./fusefs/
-	cd third_party/go-fuse && CGO_ENABLED=1 go test -race -count=1 -timeout 2m -run 'Resume|Resend|Epoch' ./fuse/
+	cd third_party/go-fuse && CGO_ENABLED=1 go test -race -count=1 -timeout 2m -run 'Resume|Resend|Epoch|Prefault' ./fuse/
 
 # Every fuzz target for FUZZTIME (default 50000x, inputs) each (test/fuzz.sh).
 fuzz:

@@ -268,7 +268,11 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 		node = &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
 	default:
 		// From the store, so stored: an open of it is not a local file.
-		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true}
+		f := &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true}
+		if n.fsys.pagesFromPredecessor {
+			f.cachedETag = a.etag
+		}
+		node = f
 	}
 	return n.adopt(ctx, node, kind)
 }

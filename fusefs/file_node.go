@@ -31,7 +31,8 @@ type fileNode struct {
 
 	opens, writers int
 	unlinked       bool
-	// cachedETag is the ETag whose content the kernel's page cache holds.
+	// cachedETag is the ETag whose content the kernel's page cache holds,
+	// pagesLocal when it holds the local content (pagesCurrentLocked).
 	cachedETag string
 	// kernelSize is the size the kernel was last told or made itself (by
 	// writing): it pads a READ answered short of it with zeros up to it
@@ -339,11 +340,13 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 		n.writers++
 	}
 	var fuseFlags uint32
-	if !n.local() && n.attr.etag != "" && n.attr.etag == n.cachedETag {
+	if n.pagesCurrentLocked() {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
-	if !n.local() {
-		n.cachedETag = n.attr.etag
+	// Kept or dropped, the pages are of this content from now on.
+	n.cachedETag = n.attr.etag
+	if n.local() {
+		n.cachedETag = pagesLocal
 	}
 	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
@@ -362,6 +365,23 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	// without asking: the handle has read from it.
 	h.pin.used = fuseFlags&fuse.FOPEN_KEEP_CACHE != 0
 	return h, fuseFlags
+}
+
+// pagesLocal is cachedETag while the kernel's pages are of the local
+// content: writes and truncations go through them, so they stay right.
+const pagesLocal = "\x00local"
+
+// pagesCurrentLocked says the kernel's pages of the file are of its
+// content, so that an open may keep them. An open that has the kernel
+// drop them is not harmless: a WRITE of an appender on its way (the
+// kernel copied its bytes into a page it then drops) is not in the page
+// the next READ caches, which has zeros where the WRITE goes, and the
+// kernel moves the file's end past them when the WRITE ends.
+func (n *fileNode) pagesCurrentLocked() bool {
+	if n.local() {
+		return n.cachedETag == pagesLocal
+	}
+	return n.attr.etag != "" && n.attr.etag == n.cachedETag
 }
 
 // keepForUnlink is called before the object is deleted or replaced:

@@ -45,6 +45,15 @@ type FS struct {
 	// reserveWritten).
 	uploadingBytes atomic.Int64
 	memoryStalled  atomic.Bool
+	// pagesFromPredecessor: the connection was a predecessor's
+	// (ServeTakeover), so the kernel may hold pages of a file before this
+	// process first finds it; they are of the content the predecessor
+	// served, the store's (it uploaded what it acknowledged; writes it
+	// did not are its writers' EIO). A first open keeps them: having the
+	// kernel drop them could lose a write already in them
+	// (pagesCurrentLocked). Attributes of another version the kernel is
+	// told have it drop them itself, once no write is under way.
+	pagesFromPredecessor bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
 	// journal keeps files closed asynchronously until their upload; nil

@@ -30,6 +30,7 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	}
 	var prev *takeover.Saved
 	if resume != nil {
+		f.pagesFromPredecessor = true
 		prev = resume.Saved
 		init := resume.Init
 		o.ResumeInit = &init

@@ -64,7 +64,6 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		n.attr.size = max(n.attr.size, off+int64(len(data)))
 	}
 	n.upload.written()
-	n.cachedETag = ""
 	n.kernelSize = max(n.kernelSize, kernelOff+int64(len(data)))
 	n.fsys.stats.BytesWritten.Add(int64(len(data)))
 	return uint32(len(data)), 0

@@ -16,17 +16,22 @@ func (n *fileNode) startCreated() {
 	n.attr.size = 0
 	n.upload.written()
 	n.stored = false
+	n.cachedETag = pagesLocal // the kernel has no pages of a new file
 }
 
 // startEmptyLocked makes the content empty and ready to stream, or for
 // a file without a name, which is never uploaded, an empty staging file.
 func (n *fileNode) startEmptyLocked() error {
+	current := n.pagesCurrentLocked()
 	kept := n.takeJournaledLocked()
 	n.dropLocal()
 	n.frozen = kept
 	n.attr.size = 0
 	n.upload.written()
 	n.cachedETag = ""
+	if current {
+		n.cachedETag = pagesLocal
+	}
 	if !n.unlinked {
 		n.stream = n.fsys.newStream(n.linkedKey)
 		return nil
@@ -41,6 +46,14 @@ func (n *fileNode) startEmptyLocked() error {
 
 // dropLocal discards local content.
 func (n *fileNode) dropLocal() {
+	if n.cachedETag == pagesLocal {
+		// The kernel's pages are of the content here: of the version
+		// uploaded last, unless some of it never was.
+		n.cachedETag = ""
+		if !n.upload.pending() {
+			n.cachedETag = n.attr.etag
+		}
+	}
 	if n.stream != nil {
 		n.stream.abort()
 		n.stream = nil
@@ -87,6 +100,7 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 		return err
 	}
 	told := n.attr.etag
+	current := n.pagesCurrentLocked()
 	st, size, err := n.fsys.loadStaging(ctx, key, n.attr.etag, n.attr.size)
 	// Another writer replaced the object since its attributes were read:
 	// the change starts from the version there now. A file replaced over
@@ -108,6 +122,11 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 	if n.attr.etag != told {
 		n.dropKernelCacheLater()
 	}
+	if current && n.cachedETag != "" {
+		n.cachedETag = pagesLocal // the copy is of the version the pages are
+	} else {
+		n.cachedETag = ""
+	}
 	return nil
 }
 
@@ -120,7 +139,11 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 		return nil
 	}
 	if size == 0 {
-		return n.startEmptyLocked()
+		if err := n.startEmptyLocked(); err != nil {
+			return err
+		}
+		n.cachedETag = pagesLocal // the kernel empties its pages too
+		return nil
 	}
 	if err := n.toStaging(ctx); err != nil {
 		return err
@@ -133,6 +156,5 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 	}
 	n.attr.size = size
 	n.upload.written()
-	n.cachedETag = ""
 	return nil
 }

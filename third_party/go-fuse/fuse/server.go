@@ -247,6 +247,7 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 		// this by reading the requests using readv.
 		buf := make([]byte, readBufBytes)
 		buf = alignSlice(buf, unsafe.Sizeof(WriteIn{}), logicalBlockSize, uintptr(readBufSize))
+		prefault(buf)
 		return buf
 	}
 	mountPoint = filepath.Clean(mountPoint)
