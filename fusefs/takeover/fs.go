@@ -57,7 +57,7 @@ type Stats struct {
 	RevivedNodes   atomic.Int64
 	RevivedHandles atomic.Int64
 	// LostHandles are handles whose writes were in a dead predecessor's
-	// memory: their writers get EIO.
+	// memory: their writers get EIO, once.
 	LostHandles atomic.Int64
 	// Stale are numbers that could not be revived (their name is gone).
 	Stale atomic.Int64
@@ -79,7 +79,12 @@ type childKey struct {
 type handle struct {
 	inner uint64
 	SavedHandle
-	// lost: its unflushed writes died with a predecessor.
+	// owes: its writes since its last flush died with a predecessor; the
+	// next call on it fails with EIO, once, as a failed writeback is
+	// reported once, and it is clean from then on (Dirty stays set until
+	// the failure is told, so that a successor of this process tells it).
+	owes bool
+	// lost: it could not be opened again; every call fails with EIO.
 	lost bool
 }
 

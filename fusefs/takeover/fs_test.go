@@ -259,17 +259,57 @@ func TestReviveCleanHandle(t *testing.T) {
 	}
 }
 
-// A handle whose writes died with the predecessor fails every call with
-// EIO until released; its release goes nowhere: nothing is open inside.
-func TestDirtyHandleIsLost(t *testing.T) {
+// A handle whose writes died with the predecessor is opened again, as a
+// clean one is, and its next call fails with EIO, once (as a failed
+// writeback is reported once); the journal then says it is clean, so
+// that a successor of this process does not fail it again.
+func TestDirtyHandleFailsOnce(t *testing.T) {
 	p := runPredecessor(t)
 	tfs, inner := serve(t, p.tr, p.saved)
-	in := fuse.InHeader{NodeId: p.f} // g's node was never looked up: the handle alone is enough
+	g := lookup(t, tfs, p.d, "g").NodeId
+	in := fuse.InHeader{NodeId: g}
 	_, st := tfs.Write(nil, &fuse.WriteIn{InHeader: in, Fh: p.dirty}, []byte("x"))
-	wantStatus(t, "write", st, fuse.EIO)
+	wantStatus(t, "first write", st, fuse.EIO)
+	saved, err := Load(tfs.journal.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := saved.Handles[p.dirty]; !ok || h.Dirty {
+		t.Errorf("after its failure was told, the journal has the handle as %+v (present %v), want clean", h, ok)
+	}
+	_, st = tfs.Write(nil, &fuse.WriteIn{InHeader: in, Fh: p.dirty}, []byte("x"))
+	wantStatus(t, "write after the failure", st, fuse.OK)
+	wantStatus(t, "flush", tfs.Flush(nil, &fuse.FlushIn{InHeader: in, Fh: p.dirty}), fuse.OK)
+	wantStatus(t, "fsync", tfs.Fsync(nil, &fuse.FsyncIn{InHeader: in, Fh: p.dirty}), fuse.OK)
+	if want := []uint32{syscall.O_WRONLY}; !reflect.DeepEqual(inner.opens, want) {
+		t.Errorf("reopened with flags %#o, want %#o", inner.opens, want)
+	}
+	tfs.Release(nil, &fuse.ReleaseIn{InHeader: in, Fh: p.dirty})
+	if inner.release != 1 || len(inner.fhs) != 0 {
+		t.Errorf("%d releases reached the inner filesystem, %d handles left open there; want 1, 0", inner.release, len(inner.fhs))
+	}
+	if n := tfs.Stats().LostHandles.Load(); n != 1 {
+		t.Errorf("%d lost handles, want 1", n)
+	}
+}
+
+// A dirty handle of a file that cannot be opened again (created and
+// never uploaded: it is not there) fails every call with EIO until
+// released; its release goes nowhere: nothing is open inside.
+func TestDirtyHandleOfFileGoneIsLost(t *testing.T) {
+	p := runPredecessor(t)
+	p.tr.mu.Lock()
+	delete(p.tr.names, childKey{p.tr.names[childKey{1, "d"}], "g"})
+	p.tr.mu.Unlock()
+	tfs, inner := serve(t, p.tr, p.saved)
+	in := fuse.InHeader{NodeId: p.f} // g's node was never looked up: the handle alone is enough
+	for range 2 {
+		_, st := tfs.Write(nil, &fuse.WriteIn{InHeader: in, Fh: p.dirty}, []byte("x"))
+		wantStatus(t, "write", st, fuse.EIO)
+	}
 	wantStatus(t, "flush", tfs.Flush(nil, &fuse.FlushIn{InHeader: in, Fh: p.dirty}), fuse.EIO)
 	wantStatus(t, "fsync", tfs.Fsync(nil, &fuse.FsyncIn{InHeader: in, Fh: p.dirty}), fuse.EIO)
-	_, st = tfs.Read(nil, &fuse.ReadIn{InHeader: in, Fh: p.dirty}, nil)
+	_, st := tfs.Read(nil, &fuse.ReadIn{InHeader: in, Fh: p.dirty}, nil)
 	wantStatus(t, "read", st, fuse.EIO)
 	tfs.Release(nil, &fuse.ReleaseIn{InHeader: in, Fh: p.dirty})
 	if inner.release != 0 || len(inner.opens) != 0 {

@@ -22,7 +22,8 @@ func (t *FS) opened(id, fh uint64, flags uint32, dir bool) uint64 {
 }
 
 // innerHandle is the handle behind kernel handle fh (0: none), reviving
-// it if a predecessor gave it out. A lost handle answers EIO.
+// it if a predecessor gave it out. A lost handle answers EIO, one that
+// owes a failure answers it once.
 func (t *FS) innerHandle(fh uint64) (*handle, fuse.Status) {
 	if fh == 0 {
 		return &handle{}, fuse.OK
@@ -35,10 +36,17 @@ func (t *FS) innerHandle(fh uint64) (*handle, fuse.Status) {
 		h, ok = t.reviveHandle(fh)
 		t.reviveMu.Unlock()
 	}
-	switch {
-	case !ok:
+	if !ok {
 		return nil, fuse.Status(syscall.EBADF)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
 	case h.lost:
+		return h, fuse.EIO
+	case h.owes:
+		h.owes, h.Dirty = false, false
+		t.record("c %d", fh)
 		return h, fuse.EIO
 	}
 	return h, fuse.OK
@@ -58,16 +66,18 @@ func (t *FS) reviveHandle(fh uint64) (*handle, bool) {
 		t.log.Error("the kernel used a file handle this mount never gave out", "handle", fh)
 		return nil, false
 	}
-	h = &handle{SavedHandle: saved, lost: saved.Dirty}
-	if saved.Dirty {
-		t.stats.LostHandles.Add(1)
-		t.log.Error("writes to a file since its last flush were in the mounter that died and are lost; its writer gets EIO on every call until it closes the file",
-			"file", t.pathOf(saved.Node))
-	} else if st := t.reopen(h); !st.Ok() {
+	h = &handle{SavedHandle: saved}
+	if st := t.reopen(h); !st.Ok() {
 		h.lost = true
 		t.log.Warn("a file open before the mounter restarted cannot be opened again; its users get EIO", "file", t.pathOf(saved.Node), "err", st)
 	} else {
 		t.stats.RevivedHandles.Add(1)
+	}
+	if saved.Dirty {
+		h.owes = !h.lost
+		t.stats.LostHandles.Add(1)
+		t.log.Error("writes to a file since its last flush were in the mounter that died and are lost; the next call of its writer fails with EIO, and the file holds what was last flushed",
+			"file", t.pathOf(saved.Node))
 	}
 	t.mu.Lock()
 	t.handles[fh] = h

@@ -65,7 +65,7 @@ func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) er
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for fh, h := range t.handles {
-		if h.Dirty && !h.lost {
+		if h.Dirty && !h.lost && !h.owes { // a loss not yet told stays to tell
 			h.Dirty = false
 			t.record("c %d", fh)
 		}
