@@ -90,8 +90,12 @@ func (t *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
 		return st
 	}
-	if st = t.inner.Mknod(cancel, &c, name, out); st.Ok() {
+	st = t.inner.Mknod(cancel, &c, name, out)
+	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
+	} else if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, in.Mode, 0, out) {
+		t.entered(in.NodeId, name, out, false)
+		st = fuse.OK
 	}
 	return st
 }
@@ -103,8 +107,12 @@ func (t *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
 		return st
 	}
-	if st = t.inner.Mkdir(cancel, &c, name, out); st.Ok() {
+	st = t.inner.Mkdir(cancel, &c, name, out)
+	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
+	} else if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFDIR, 0, out) {
+		t.entered(in.NodeId, name, out, false)
+		st = fuse.OK
 	}
 	return st
 }
@@ -124,7 +132,8 @@ func (t *FS) remove(cancel <-chan struct{}, h *fuse.InHeader, name string, op fu
 	if !st.Ok() {
 		return st
 	}
-	if st = op(cancel, &in, name); st.Ok() {
+	if st = op(cancel, &in, name); st.Ok() || t.removedBefore(h, st, name) {
+		st = fuse.OK
 		t.mu.Lock()
 		t.unname(h.NodeId, name)
 		t.mu.Unlock()
@@ -142,9 +151,10 @@ func (t *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName 
 	if c.Newdir, st = t.innerNode(in.Newdir); !st.Ok() {
 		return st
 	}
-	if st = t.inner.Rename(cancel, &c, oldName, newName); !st.Ok() {
+	if st = t.inner.Rename(cancel, &c, oldName, newName); !st.Ok() && !t.renamedBefore(cancel, &in.InHeader, &c, st, oldName, newName) {
 		return st
 	}
+	st = fuse.OK
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	moved, ok := t.children[childKey{in.NodeId, oldName}]
@@ -174,8 +184,12 @@ func (t *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 	if c.Oldnodeid, st = t.innerNode(in.Oldnodeid); !st.Ok() {
 		return st
 	}
-	if st = t.inner.Link(cancel, &c, name, out); st.Ok() {
+	st = t.inner.Link(cancel, &c, name, out)
+	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
+	} else if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, c.Oldnodeid, out) {
+		t.entered(in.NodeId, name, out, false)
+		st = fuse.OK
 	}
 	return st
 }
@@ -186,8 +200,12 @@ func (t *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkNa
 	if !st.Ok() {
 		return st
 	}
-	if st = t.inner.Symlink(cancel, &in, pointedTo, linkName, out); st.Ok() {
+	st = t.inner.Symlink(cancel, &in, pointedTo, linkName, out)
+	if st.Ok() {
 		t.entered(h.NodeId, linkName, out, true)
+	} else if st == eexist && resent(h) && t.madeBefore(cancel, in.NodeId, linkName, syscall.S_IFLNK, 0, out) {
+		t.entered(h.NodeId, linkName, out, false)
+		st = fuse.OK
 	}
 	return st
 }
@@ -255,7 +273,19 @@ func (t *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
 		return st
 	}
-	if st = t.inner.Create(cancel, &c, name, out); st.Ok() {
+	st = t.inner.Create(cancel, &c, name, out)
+	if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, 0, &out.EntryOut) {
+		// O_EXCL, and the predecessor made it: open what it made.
+		o := fuse.OpenIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Flags: in.Flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC)}
+		if st = t.inner.Open(cancel, &o, &out.OpenOut); !st.Ok() {
+			t.inner.Forget(out.NodeId, 1)
+			return st
+		}
+		t.entered(in.NodeId, name, &out.EntryOut, false)
+		out.Fh = t.opened(out.NodeId, out.Fh, in.Flags|syscall.O_CREAT, false)
+		return fuse.OK
+	}
+	if st.Ok() {
 		t.entered(in.NodeId, name, &out.EntryOut, true)
 		out.Fh = t.opened(out.NodeId, out.Fh, in.Flags|syscall.O_CREAT, false)
 	}

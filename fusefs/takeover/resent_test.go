@@ -1,0 +1,71 @@
+package takeover
+
+import (
+	"reflect"
+	"syscall"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// hdr is a request header on node id; resend sets FUSE_UNIQUE_RESEND.
+func hdr(id uint64, resend bool) fuse.InHeader {
+	h := fuse.InHeader{NodeId: id, Unique: 42}
+	if resend {
+		h.Unique |= uniqueResend
+	}
+	return h
+}
+
+// A resent request that makes a name finds it made (the predecessor made
+// it and died before answering): it is answered as done, with the node
+// there. Sent once, or finding a node of another type, it is EEXIST.
+func TestResentMakeFoundMadeIsDone(t *testing.T) {
+	tr := newTree()
+	tr.add(1, "file", syscall.S_IFREG)
+	tfs, inner := serve(t, tr, nil)
+	var out fuse.EntryOut
+	if st := tfs.Mkdir(nil, &fuse.MkdirIn{InHeader: hdr(rootID, false)}, "d", &out); !st.Ok() {
+		t.Fatal(st)
+	}
+	d := out.NodeId
+	wantStatus(t, "mkdir sent once", tfs.Mkdir(nil, &fuse.MkdirIn{InHeader: hdr(rootID, false)}, "d", &out), eexist)
+	out = fuse.EntryOut{}
+	wantStatus(t, "mkdir resent", tfs.Mkdir(nil, &fuse.MkdirIn{InHeader: hdr(rootID, true)}, "d", &out), fuse.OK)
+	if out.NodeId != d {
+		t.Errorf("a resent mkdir answered node %d, want the directory's %d", out.NodeId, d)
+	}
+	wantStatus(t, "mkdir resent over a file", tfs.Mkdir(nil, &fuse.MkdirIn{InHeader: hdr(rootID, true)}, "file", &out), eexist)
+
+	var cout fuse.CreateOut
+	excl := uint32(syscall.O_WRONLY | syscall.O_CREAT | syscall.O_EXCL)
+	wantStatus(t, "create O_EXCL sent once", tfs.Create(nil, &fuse.CreateIn{InHeader: hdr(rootID, false), Flags: excl}, "file", &cout), eexist)
+	wantStatus(t, "create O_EXCL resent", tfs.Create(nil, &fuse.CreateIn{InHeader: hdr(rootID, true), Flags: excl}, "file", &cout), fuse.OK)
+	if want := []uint32{syscall.O_WRONLY}; !reflect.DeepEqual(inner.opens, want) {
+		t.Errorf("the file made before was opened with flags %#o, want %#o", inner.opens, want)
+	}
+	if _, st := tfs.Write(nil, &fuse.WriteIn{InHeader: hdr(cout.NodeId, false), Fh: cout.Fh}, []byte("x")); !st.Ok() {
+		t.Errorf("write through the resent create's handle: %v", st)
+	}
+	wantStatus(t, "create O_EXCL resent over a directory", tfs.Create(nil, &fuse.CreateIn{InHeader: hdr(rootID, true), Flags: excl}, "d", &cout), eexist)
+}
+
+// A resent unlink or rename that finds its change made is done; sent
+// once it is ENOENT, and a resent rename whose new name is not there
+// either is ENOENT too.
+func TestResentRemoveFoundDoneIsDone(t *testing.T) {
+	tr := newTree()
+	tr.add(1, "b", syscall.S_IFREG)
+	tfs, _ := serve(t, tr, nil)
+	wantStatus(t, "unlink sent once", tfs.Unlink(nil, ptr(hdr(rootID, false)), "gone"), fuse.ENOENT)
+	wantStatus(t, "unlink resent", tfs.Unlink(nil, ptr(hdr(rootID, true)), "gone"), fuse.OK)
+	rename := func(resend bool, from, to string) fuse.Status {
+		return tfs.Rename(nil, &fuse.RenameIn{InHeader: hdr(rootID, resend), Newdir: rootID}, from, to)
+	}
+	wantStatus(t, "rename sent once", rename(false, "a", "b"), fuse.ENOENT)
+	wantStatus(t, "rename resent", rename(true, "a", "b"), fuse.OK)
+	wantStatus(t, "rename resent, the new name not there", rename(true, "a", "c"), fuse.ENOENT)
+	lookup(t, tfs, rootID, "b")
+}
+
+func ptr[T any](v T) *T { return &v }
