@@ -41,6 +41,10 @@ type FS struct {
 	old        *Saved
 	nextNode   uint64
 	nextHandle uint64
+	// handedOver: the predecessor handed the connection over (HandOver)
+	// rather than died, so it did none of the requests the kernel resends.
+	// handingOver: this process did.
+	handedOver, handingOver bool
 
 	// gate holds requests back during a hand-over (HandOver).
 	gate gate
@@ -101,6 +105,7 @@ func New(journalPath string, prev *Saved, log *slog.Logger, newInner func(fs.Ser
 	if prev == nil {
 		prev = newSaved()
 	}
+	handedOver := prev.HandedOver // this process's journal starts without it
 	prev = &Saved{Nodes: maps.Clone(prev.Nodes), Handles: maps.Clone(prev.Handles), NextNode: prev.NextNode, NextHandle: prev.NextHandle}
 	if prev.Nodes == nil {
 		prev.Nodes = map[uint64]SavedNode{}
@@ -122,6 +127,7 @@ func New(journalPath string, prev *Saved, log *slog.Logger, newInner func(fs.Ser
 		old:        prev,
 		nextNode:   max(prev.NextNode, firstNode),
 		nextHandle: max(prev.NextHandle, 1),
+		handedOver: handedOver,
 	}
 	for id, n := range prev.Nodes {
 		if n.Parent != 0 {
@@ -166,7 +172,7 @@ func (t *FS) record(format string, args ...any) {
 // snapshot is the tables as a journal would hold them. Called with mu held.
 func (t *FS) snapshot() *Saved {
 	s := &Saved{Nodes: map[uint64]SavedNode{}, Handles: map[uint64]SavedHandle{},
-		NextNode: t.nextNode, NextHandle: t.nextHandle}
+		NextNode: t.nextNode, NextHandle: t.nextHandle, HandedOver: t.handingOver}
 	for id, n := range t.old.Nodes {
 		s.Nodes[id] = n
 	}

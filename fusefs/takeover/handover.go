@@ -70,5 +70,7 @@ func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) er
 			t.record("c %d", fh)
 		}
 	}
+	t.handingOver = true
+	t.record("h")
 	return nil
 }

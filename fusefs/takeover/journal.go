@@ -20,6 +20,9 @@ type Saved struct {
 	// successor starts there, so a number the kernel still holds never
 	// comes to mean something else.
 	NextNode, NextHandle uint64
+	// HandedOver: the journal's writer handed the connection over at a
+	// request boundary (FS.HandOver) and answered nothing after.
+	HandedOver bool
 }
 
 // SavedNode is a node id's place in the tree. Parent 0 means the node has
@@ -61,6 +64,7 @@ const firstNode = 2
 //	w FH                     FH has writes not flushed yet
 //	c FH                     FH flushed or fsynced
 //	r FH                     FH released
+//	h                        handed over: no request after was begun
 const journalVersion = "objfuse-takeover v1"
 
 // Journal appends records to a file in the state directory.
@@ -164,6 +168,11 @@ func (s *Saved) apply(line string) error {
 				s.Handles[f[0]] = h
 			}
 		}
+	case "h":
+		if rest != "" {
+			err = fmt.Errorf("%w: trailing %q", errBadRecord, rest)
+		}
+		s.HandedOver = true
 	case "r":
 		if f, _, err = fields(rest, 1, false); err == nil {
 			delete(s.Handles, f[0])
@@ -226,6 +235,9 @@ func (j *Journal) rewrite(s *Saved) error {
 	}
 	for fh, h := range s.Handles {
 		fmt.Fprintln(w, handleRecord(fh, h))
+	}
+	if s.HandedOver {
+		fmt.Fprintln(w, "h")
 	}
 	err = w.Flush()
 	if err == nil {

@@ -170,6 +170,7 @@ func TestJournalFailedAppendCutBack(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(journalVersion + "\nnext 9 4\nn 2 1 16384 \"d\"\nn 3 2 32768 \"a\\nb\"\nm 3 1 \"c d\"\no 1 3 2 0 1\nc 1\nu 2\nf 2\nr 7\n")
 	f.Add(journalVersion + "\nn 5 1 0 `raw`\no 18446744073709551615 5 1 1 0\nf 5\nw 1")
+	f.Add(journalVersion + "\nnext 3 2\nn 2 1 32768 \"f\"\no 1 2 1 0 0\nh\n")
 	f.Add(journalVersion + "\nn 18446744073709551615 0 4294967296 'x'\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		s, err := parse(strings.NewReader(text))

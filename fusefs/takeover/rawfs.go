@@ -93,7 +93,7 @@ func (t *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 	st = t.inner.Mknod(cancel, &c, name, out)
 	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
-	} else if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, in.Mode, 0, out) {
+	} else if st == eexist && t.mayBeDone(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, in.Mode, 0, out) {
 		t.entered(in.NodeId, name, out, false)
 		st = fuse.OK
 	}
@@ -110,7 +110,7 @@ func (t *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 	st = t.inner.Mkdir(cancel, &c, name, out)
 	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
-	} else if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFDIR, 0, out) {
+	} else if st == eexist && t.mayBeDone(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFDIR, 0, out) {
 		t.entered(in.NodeId, name, out, false)
 		st = fuse.OK
 	}
@@ -187,7 +187,7 @@ func (t *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 	st = t.inner.Link(cancel, &c, name, out)
 	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
-	} else if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, c.Oldnodeid, out) {
+	} else if st == eexist && t.mayBeDone(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, c.Oldnodeid, out) {
 		t.entered(in.NodeId, name, out, false)
 		st = fuse.OK
 	}
@@ -203,7 +203,7 @@ func (t *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkNa
 	st = t.inner.Symlink(cancel, &in, pointedTo, linkName, out)
 	if st.Ok() {
 		t.entered(h.NodeId, linkName, out, true)
-	} else if st == eexist && resent(h) && t.madeBefore(cancel, in.NodeId, linkName, syscall.S_IFLNK, 0, out) {
+	} else if st == eexist && t.mayBeDone(h) && t.madeBefore(cancel, in.NodeId, linkName, syscall.S_IFLNK, 0, out) {
 		t.entered(h.NodeId, linkName, out, false)
 		st = fuse.OK
 	}
@@ -274,7 +274,7 @@ func (t *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 		return st
 	}
 	st = t.inner.Create(cancel, &c, name, out)
-	if st == eexist && resent(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, 0, &out.EntryOut) {
+	if st == eexist && t.mayBeDone(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, 0, &out.EntryOut) {
 		// O_EXCL, and the predecessor made it: open what it made.
 		o := fuse.OpenIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Flags: in.Flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC)}
 		if st = t.inner.Open(cancel, &o, &out.OpenOut); !st.Ok() {

@@ -10,13 +10,17 @@ import (
 // of each request it queues again at FUSE_NOTIFY_RESEND.
 const uniqueResend = 1 << 63
 
-// resent says a predecessor read the request and died before answering
-// it: it may have done it. A request that changes a name and finds its
-// change already made is answered as done, not with EEXIST or ENOENT
-// for what its caller asked once. Other changes are the same when done
-// twice (a write at an offset, a truncate, an fsync), or were in the
-// dead process's memory only (a handle's writes: see owes).
-func resent(h *fuse.InHeader) bool { return h.Unique&uniqueResend != 0 }
+// mayBeDone says a predecessor read the request and died before
+// answering it, so that it may have done it: the kernel resent it, and
+// the predecessor did not hand over (HandOver holds requests before they
+// start). A request that changes a name and finds its change already
+// made is answered as done, not with EEXIST or ENOENT for what its
+// caller asked once. Other changes are the same when done twice (a write
+// at an offset, a truncate, an fsync), or were in the dead process's
+// memory only (a handle's writes: see handle.owes).
+func (t *FS) mayBeDone(h *fuse.InHeader) bool {
+	return h.Unique&uniqueResend != 0 && !t.handedOver
+}
 
 // madeBefore answers a resent request that makes parent/name (mkdir,
 // mknod, symlink, link, create with O_EXCL) and met EEXIST: done if the
@@ -43,7 +47,7 @@ var eexist = fuse.Status(syscall.EEXIST)
 // removedBefore says whether a resent unlink or rmdir that met ENOENT
 // was the predecessor's to do.
 func (t *FS) removedBefore(h *fuse.InHeader, st fuse.Status, name string) bool {
-	if !resent(h) || st != fuse.ENOENT {
+	if !t.mayBeDone(h) || st != fuse.ENOENT {
 		return false
 	}
 	t.log.Info("a request the dead mounter did before it could answer is answered as done", "removed", name)
@@ -54,7 +58,7 @@ func (t *FS) removedBefore(h *fuse.InHeader, st fuse.Status, name string) bool {
 // done by the predecessor: the old name is gone and the new one is
 // there. in has inner ids.
 func (t *FS) renamedBefore(cancel <-chan struct{}, h *fuse.InHeader, in *fuse.RenameIn, st fuse.Status, oldName, newName string) bool {
-	if !resent(h) || in.Flags&renameExchange != 0 || st != fuse.ENOENT && st != fuse.Status(syscall.EEXIST) {
+	if !t.mayBeDone(h) || in.Flags&renameExchange != 0 || st != fuse.ENOENT && st != fuse.Status(syscall.EEXIST) {
 		return false
 	}
 	var out fuse.EntryOut

@@ -1,6 +1,7 @@
 package takeover
 
 import (
+	"context"
 	"reflect"
 	"syscall"
 	"testing"
@@ -69,3 +70,26 @@ func TestResentRemoveFoundDoneIsDone(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// After a hand-over the predecessor did none of the requests the kernel
+// resends (it held them): a resent unlink of a name not there is ENOENT,
+// as sent once. The successor's own journal does not say it handed over.
+func TestResentAfterHandOverIsAsSentOnce(t *testing.T) {
+	tr := newTree()
+	tfs, _ := serve(t, tr, nil)
+	if err := tfs.HandOver(context.Background(), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := Load(tfs.journal.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !saved.HandedOver {
+		t.Fatal("the journal of a process that handed over does not say so")
+	}
+	succ, _ := serve(t, tr, saved)
+	wantStatus(t, "unlink resent after a hand-over", succ.Unlink(nil, ptr(hdr(rootID, true)), "gone"), fuse.ENOENT)
+	if again, err := Load(succ.journal.path); err != nil || again.HandedOver {
+		t.Errorf("the successor's journal: HandedOver %v (%v), want false", again.HandedOver, err)
+	}
+}
