@@ -59,6 +59,12 @@ func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) er
 	case <-ctx.Done():
 		return fmt.Errorf("hand over: requests under way did not end: %w", ctx.Err())
 	}
+	// Every request from now on is held before it begins: the successor
+	// does them all for the first time, whatever the flush does.
+	t.mu.Lock()
+	t.handingOver = true
+	t.record("h")
+	t.mu.Unlock()
 	if err := flush(ctx); err != nil {
 		return fmt.Errorf("hand over: upload what was written: %w", err)
 	}
@@ -70,7 +76,5 @@ func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) er
 			t.record("c %d", fh)
 		}
 	}
-	t.handingOver = true
-	t.record("h")
 	return nil
 }
