@@ -344,6 +344,8 @@ func TestMounterKilledIsRepaired(t *testing.T) {
 	}
 	s.expectHealed(pv)
 	s.eventFor(s.ns, "Pod", "reader", "re-mounted the volume", 2*time.Minute)
+	// And the pods are told why the connection was not taken over.
+	s.eventFor(s.ns, "Pod", "reader", "cannot resume the connection", time.Minute)
 }
 
 // volumeParamTakeover is the StorageClass parameter volume.ParamTakeover.
