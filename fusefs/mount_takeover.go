@@ -48,6 +48,16 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 		tfs.Close()
 		return nil, nil, fmt.Errorf("serve %s on %s: %w", fsName, fdPath, err)
 	}
+	if resume != nil && !resume.Saved.HandedOver {
+		// The predecessor died: while no one served, other clients may
+		// have changed names the kernel has cached. It looks each up
+		// again (Linux 6.16 and later; before, each expires within its
+		// entry timeout, and one whose node is gone answers ESTALE, on
+		// which the kernel looks the path up again).
+		if st := srv.IncEpochNotify(); !st.Ok() && st != fuse.ENOSYS {
+			f.opts.Logger.Warn("the kernel did not take a new epoch; names it cached expire on their own", "status", st)
+		}
+	}
 	if resume != nil {
 		// Before the first read: requests this server reads would be
 		// on the list the kernel resends too, and would run twice.

@@ -109,14 +109,14 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 }
 
 // servedMount starts a mounter with a staging directory its successors
-// share, mounts FUSE as the node plugin does and hands the connection
-// over; fd is the node plugin's copy, which outlives each mounter (closed
-// when the test ends).
-func servedMount(t *testing.T) (srv *miniotest.Server, staging string, m *handoffMounter, fd int) {
+// share (and flags), mounts FUSE as the node plugin does and hands the
+// connection over; fd is the node plugin's copy, which outlives each
+// mounter (closed when the test ends).
+func servedMount(t *testing.T, flags ...string) (srv *miniotest.Server, staging string, m *handoffMounter, fd int) {
 	t.Helper()
 	srv = miniotest.Start(t)
 	staging = t.TempDir()
-	m = startHandoff(t, srv, "--staging-dir", staging)
+	m = startHandoff(t, srv, append([]string{"--staging-dir", staging}, flags...)...)
 	fd, err := (mounts.System{}).MountFUSE(m.mnt, "objfuse:"+m.bucket, false)
 	if err != nil {
 		t.Fatal(err)
@@ -462,4 +462,40 @@ func TestPlannedHandOver(t *testing.T) {
 	if n, repeated, ok := countedLines(string(body)); !ok || len(repeated) > 0 || n < w.acks() {
 		t.Errorf("S3 holds %d counted lines (repeated %v, ok=%v), want the %d fsynced, each once: %s", n, repeated, ok, w.acks(), linesMismatch(string(body)))
 	}
+}
+
+// TestTakeoverSeesNamesChangedMeanwhile: while no mounter serves, another
+// client replaces a file the kernel has cached (for a minute: --stat-ttl)
+// by a directory of the same name. The successor of a mounter that died
+// has the kernel look every cached name up again (FUSE_NOTIFY_INC_EPOCH):
+// the name is a directory at once, not the file until its entry expires.
+func TestTakeoverSeesNamesChangedMeanwhile(t *testing.T) {
+	ttl := []string{"--stat-ttl", "1m"}
+	srv, staging, m, fd := servedMount(t, ttl...)
+	put := func(key string) {
+		if _, err := srv.Client().PutObject(context.Background(), m.bucket, key, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("swap")
+	name := filepath.Join(m.mnt, "swap")
+	if fi, err := os.Lstat(name); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("before: %v, %v; want a file", fi, err)
+	}
+	m.cmd.Process.Kill()
+	<-m.exited
+	if err := srv.Client().RemoveObject(context.Background(), m.bucket, "swap", minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	put("swap/inner")
+	m = restartHandoff(t, m, srv, append([]string{"--staging-dir", staging}, ttl...)...)
+	hand(t, m.sock, fd, true)
+	fi, err := os.Lstat(name)
+	if err != nil || !fi.IsDir() {
+		t.Fatalf("after the takeover: %v, %v; want the directory now there", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(name, "inner")); err != nil {
+		t.Error(err)
+	}
+	m.release(t)
 }
