@@ -251,12 +251,8 @@ func TestReviveCleanHandle(t *testing.T) {
 	}
 	tfs.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: p.f}, Fh: p.clean})
 	tfs.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: p.d}, Fh: p.dir})
-	if inner.release != 2 || len(inner.fhs) != 0 {
-		t.Errorf("%d releases reached the inner filesystem, %d handles left open there; want 2, 0", inner.release, len(inner.fhs))
-	}
-	if n := tfs.Stats().RevivedHandles.Load(); n != 2 {
-		t.Errorf("%d handles revived, want 2", n)
-	}
+	wantReleasedInside(t, inner, 2)
+	wantCount(t, "handles revived", tfs.Stats().RevivedHandles.Load(), 2)
 }
 
 // A handle whose writes died with the predecessor is opened again, as a
@@ -285,11 +281,23 @@ func TestDirtyHandleFailsOnce(t *testing.T) {
 		t.Errorf("reopened with flags %#o, want %#o", inner.opens, want)
 	}
 	tfs.Release(nil, &fuse.ReleaseIn{InHeader: in, Fh: p.dirty})
-	if inner.release != 1 || len(inner.fhs) != 0 {
-		t.Errorf("%d releases reached the inner filesystem, %d handles left open there; want 1, 0", inner.release, len(inner.fhs))
+	wantReleasedInside(t, inner, 1)
+	wantCount(t, "lost handles", tfs.Stats().LostHandles.Load(), 1)
+}
+
+// wantReleasedInside checks that n releases reached the inner filesystem
+// and that it has nothing left open.
+func wantReleasedInside(t *testing.T, inner *fake, n int) {
+	t.Helper()
+	if inner.release != n || len(inner.fhs) != 0 {
+		t.Errorf("%d releases reached the inner filesystem, %d handles left open there; want %d, 0", inner.release, len(inner.fhs), n)
 	}
-	if n := tfs.Stats().LostHandles.Load(); n != 1 {
-		t.Errorf("%d lost handles, want 1", n)
+}
+
+func wantCount(t *testing.T, what string, got, want int64) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%d %s, want %d", got, what, want)
 	}
 }
 
@@ -317,9 +325,7 @@ func TestDirtyHandleOfFileGoneIsLost(t *testing.T) {
 	}
 	_, st = tfs.Write(nil, &fuse.WriteIn{InHeader: in, Fh: p.dirty}, []byte("x"))
 	wantStatus(t, "write after release", st, fuse.Status(syscall.EBADF))
-	if n := tfs.Stats().LostHandles.Load(); n != 1 {
-		t.Errorf("%d lost handles, want 1", n)
-	}
+	wantCount(t, "lost handles", tfs.Stats().LostHandles.Load(), 1)
 }
 
 // A node whose name now holds another type, is gone, or was unlinked
