@@ -90,6 +90,10 @@ type Options struct {
 	// (pods see a pause). Off, a mounter's death ends the connection and
 	// the node mounts the volume again (node_reconcile.go).
 	MountTakeover bool
+	// MounterImage is the image mounters run (the mounter template's):
+	// the node upgrades the running mounters of its volumes to it, in
+	// place and one at a time (node_upgrade.go). "" leaves them be.
+	MounterImage string
 
 	Logger *slog.Logger
 }
@@ -185,6 +189,9 @@ func (d *Driver) newNodeServer() *nodeServer {
 	}
 	if o.KubeClient != nil {
 		n.finder = &lifecycle.Finder{Client: o.KubeClient, Namespace: o.Namespace}
+		if o.MounterImage != "" {
+			n.upgrades = &mounterUpgrades{want: o.MounterImage, pods: n.finder, counts: d.metrics.upgrades, notes: map[string]upgradeNote{}}
+		}
 	}
 	switch {
 	case o.Events != nil:

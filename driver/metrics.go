@@ -25,6 +25,8 @@ type metrics struct {
 	takeovers         prometheus.Counter
 	takeoverFallbacks prometheus.Counter
 	survival          *prometheus.GaugeVec
+	// upgrades counts running mounters upgraded in place, by result.
+	upgrades *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -52,8 +54,11 @@ func newMetrics() *metrics {
 		survival: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "objfuse", Name: "volume_survival_mode", Help: "1 for the way each staged volume's mount survives its mounter: takeover (the connection outlives it, pods see a pause) or repair (mounted again, only HostToContainer pods see it back), as its mounter last said and the node plugin can do.",
 		}, []string{"volume", "mode"}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "mounter_upgrades_total", Help: "Running mounters the node plugin upgraded in place to the driver's image, by result: handed_over (the new image serves the connection; pods saw a pause) or failed (see the ObjfuseMounterUpgradeFailed Events).",
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.takeovers, m.takeoverFallbacks, m.survival,
+	m.reg.MustRegister(m.calls, m.duration, m.repairs, m.abnormal, m.takeovers, m.takeoverFallbacks, m.survival, m.upgrades,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

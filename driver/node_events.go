@@ -53,6 +53,11 @@ const (
 	// A mounter's connection handed to its successor, or why not.
 	reasonTakenOver      = "ObjfuseMountTakenOver"
 	reasonTakeoverFailed = "ObjfuseTakeoverFailed"
+	// A mounter upgraded in place to the driver's image, one that could
+	// not be, and one left to get it with new pods (node_upgrade.go).
+	reasonUpgraded      = "ObjfuseMounterUpgraded"
+	reasonUpgradeFailed = "ObjfuseMounterUpgradeFailed"
+	reasonUpgradeLater  = "ObjfuseMounterUpgradeOnRecreate"
 )
 
 func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) error {

@@ -36,6 +36,11 @@ func (n *nodeServer) reconcile(ctx context.Context) {
 		staged[st.VolumeID] = true
 		n.reconcileVolume(ctx, st.VolumeID)
 	}
+	// After the checks: a takeover just done is seen at once.
+	n.followUpgrade(ctx)
+	if n.upgrades != nil {
+		forgetUnstaged(n.upgrades.notes, staged)
+	}
 	forgetUnstaged(n.state.healthNotes, staged)
 	forgetUnstaged(n.state.hangs, staged)
 	forgetUnstaged(n.state.takeoverSince, staged)
@@ -166,7 +171,8 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 			n.borrowConnection(ctx, st, socket, rep.PID)
 			_, kept = n.keeper.connection(volumeID)
 		}
-		n.state.setMode(volumeID, survivalMode(kept, rep.Mode))
+		mode := survivalMode(kept, rep.Mode)
+		n.state.setMode(volumeID, mode)
 		var h handoff.Health
 		if rep.Health != nil {
 			h = *rep.Health
@@ -176,6 +182,7 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		n.state.setAbnormal(volumeID, abnormalReason(volumeID, h))
 		n.state.setPending(volumeID, pendingNote(h))
 		n.noteHealth(ctx, st, h)
+		n.considerUpgrade(ctx, st, socket, rep, mode)
 		return
 	case stepWaitSlow:
 		n.state.setAbnormal(volumeID, fmt.Sprintf("the FUSE mount answers slowly (%v); its mounter is alive", perr))

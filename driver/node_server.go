@@ -36,10 +36,13 @@ type nodeServer struct {
 	keeper            *connKeeper
 	takeovers         prometheus.Counter
 	takeoverFallbacks prometheus.Counter
-	log               *slog.Logger
-	probeTimeout      time.Duration // bounds a check of a FUSE mount
-	mounterWait       time.Duration // bounds NodeStage's wait for the mounter's socket
-	reconcileEvery    time.Duration // how often the mounts are checked
+	// upgrades upgrades running mounters to the driver's image; nil
+	// when the node knows no image or no API.
+	upgrades       *mounterUpgrades
+	log            *slog.Logger
+	probeTimeout   time.Duration // bounds a check of a FUSE mount
+	mounterWait    time.Duration // bounds NodeStage's wait for the mounter's socket
+	reconcileEvery time.Duration // how often the mounts are checked
 }
 
 var _ csi.NodeServer = (*nodeServer)(nil)

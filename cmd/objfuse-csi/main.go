@@ -2,7 +2,7 @@
 // mounter pods) or the node (FUSE mounts and their repair), or both.
 //
 //	objfuse-csi --mode=controller --endpoint=unix:///csi/csi.sock --namespace=objfuse-system --mounter-config=/etc/objfuse/mounter.yaml
-//	objfuse-csi --mode=node --endpoint=unix:///var/lib/kubelet/plugins/objfuse.csi.io/csi.sock --node-id=$(NODE_NAME)
+//	objfuse-csi --mode=node --endpoint=unix:///var/lib/kubelet/plugins/objfuse.csi.io/csi.sock --node-id=$(NODE_NAME) --mounter-config=/etc/objfuse/mounter.yaml
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -62,7 +63,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.BoolVar(&o.MountTakeover, "mount-takeover", true, "keep each volume's FUSE connection so that it outlives its mounter and a restarted mounter takes it over (node mode); false: a mounter's death ends the connection and the node mounts the volume again")
 	fl.StringVar(&f.healthAddr, "health-addr", "", "serve /healthz and /metrics on this host:port")
 	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets")
-	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template (controller mode)")
+	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template: the controller builds mounter pods from it; the node upgrades running mounters to its image")
 	fl.StringVar(&o.S3Defaults.Endpoint, "s3-endpoint", "", "default S3 endpoint for StorageClasses that name none; with --s3-credentials-dir it enables ListVolumes and Probe")
 	fl.StringVar(&o.S3Defaults.Region, "s3-region", "", "default S3 region")
 	fl.BoolVar(&o.S3Defaults.PathStyle, "s3-path-style", false, "default to path-style S3 requests")
@@ -136,17 +137,20 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 	}
 	o.KubeClient = kc
 	o.Namespace = f.namespace
+	tmpl, err := mounterTemplate(f.mounterConfig)
+	if o.Mode == driver.ModeNode && errors.Is(err, fs.ErrNotExist) {
+		// A node plugin deployed without the template: running
+		// mounters keep their image.
+		log.Warn("no mounter template: running mounters are not upgraded", "mounter-config", f.mounterConfig)
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	o.MounterImage = tmpl.Image
 	if o.Mode != driver.ModeNode {
 		if kc == nil {
 			return errors.New("the controller launches mounter pods: run it in a pod or pass --kubeconfig")
-		}
-		data, err := os.ReadFile(f.mounterConfig)
-		if err != nil {
-			return fmt.Errorf("mounter config: %w", err)
-		}
-		tmpl, err := spec.ParseTemplate(data)
-		if err != nil {
-			return err
 		}
 		o.Launcher = lifecycle.NewKube(lifecycle.Config{
 			Client: kc, Namespace: f.namespace, Template: tmpl, Logger: log,
@@ -172,6 +176,15 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 		}
 	}
 	return d.Serve(ctx, f.endpoint)
+}
+
+// mounterTemplate reads the mounter pod template at path.
+func mounterTemplate(path string) (spec.Template, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return spec.Template{}, fmt.Errorf("mounter config: %w", err)
+	}
+	return spec.ParseTemplate(data)
 }
 
 func socketPath(endpoint string) string {

@@ -14,7 +14,7 @@ import (
 
 // Finder finds a mounter's live pod: the node plugin's way to find the
 // pod that replaced (relaunch.go) the one ControllerPublishVolume named.
-// It reads pods only.
+// It reads pods, and changes a mounter's image in place (upgrade.go).
 type Finder struct {
 	Client    kubernetes.Interface
 	Namespace string // of the mounter pods

@@ -28,6 +28,10 @@ const (
 	AnnotationReadOnly = "objfuse.csi.io/read-only"
 )
 
+// Container is the name of the mounter pod's one container, whose image
+// the node plugin changes in place to upgrade a running mounter.
+const Container = "mounter"
+
 // MounterUID is the unprivileged user the mounter runs as ("nobody").
 const MounterUID = 65534
 
@@ -157,7 +161,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name:            "mounter",
+				Name:            Container,
 				Image:           t.Image,
 				ImagePullPolicy: pull,
 				Command:         []string{"/objfuse-mount"},

@@ -204,8 +204,9 @@ func TestDefaultChartImagesArePublic(t *testing.T) {
 }
 
 // TestLeastRights: the node plugin's service account may create Events
-// anywhere and read pods only in the driver's namespace (it learns the
-// pods a volume serves from kubelet, not from the API); mounter pods admit
+// anywhere and read and patch pods only in the driver's namespace (it
+// learns the pods a volume serves from kubelet, not from the API; it
+// patches a mounter pod's image to upgrade it in place); mounter pods admit
 // connections only to their metrics port, from the monitoring namespace.
 func TestLeastRights(t *testing.T) {
 	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
@@ -229,8 +230,8 @@ func TestLeastRights(t *testing.T) {
 	if got := rules("ClusterRole//objfuse-node"); !reflect.DeepEqual(got, []string{"events:create", "events:patch"}) {
 		t.Errorf("the node's ClusterRole grants %q, want Events only", got)
 	}
-	if got := rules("Role/objfuse-system/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get"}) {
-		t.Errorf("the node's Role in objfuse-system grants %q, want get pods only", got)
+	if got := rules("Role/objfuse-system/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get", "pods:patch"}) {
+		t.Errorf("the node's Role in objfuse-system grants %q, want get and patch pods only", got)
 	}
 	np := objs["NetworkPolicy/objfuse-system/objfuse-mounter"]
 	y, _ := yaml.Marshal(np["spec"])
