@@ -228,7 +228,14 @@ func (d *Driver) Serve(ctx context.Context, endpoint string) error {
 		if err := os.MkdirAll(d.node.state.volumesDir(), 0o700); err != nil {
 			return fmt.Errorf("state dir: %w", err)
 		}
-		go d.node.reconcileLoop(ctx)
+		loop := make(chan struct{})
+		go func() { defer close(loop); d.node.reconcileLoop(ctx) }()
+		// Stopping, the loop may finish a mounter's upgrade first.
+		defer func() {
+			if ctx.Err() != nil {
+				<-loop
+			}
+		}()
 	}
 	go func() {
 		<-ctx.Done()

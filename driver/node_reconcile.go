@@ -24,6 +24,7 @@ func (n *nodeServer) reconcileLoop(ctx context.Context) {
 		n.reconcile(ctx)
 		select {
 		case <-ctx.Done():
+			n.finishUpgrade()
 			return
 		case <-t.C:
 		}

@@ -31,6 +31,12 @@ const upgradeBound = takeoverBound + 30*time.Second
 // again: not every check, which would flood the API and the Events.
 const upgradeRetry = 5 * time.Minute
 
+// upgradeStopWait bounds how long a stopping node plugin goes on with an
+// upgrade under way: the connection the new container is to take over
+// lives only in the node plugin once the old container exited. Within
+// the pod's default grace period (30 s); a hand-over takes seconds.
+const upgradeStopWait = 20 * time.Second
+
 // mounterUpgrades is the reconcile loop's memory of the node's upgrades;
 // only the loop reads and writes it.
 type mounterUpgrades struct {
@@ -40,6 +46,8 @@ type mounterUpgrades struct {
 	notes  map[string]upgradeNote // by volume
 	// running is the upgrade under way on this node, nil when none.
 	running *upgrade
+	// stopping: the node plugin stops, and starts no upgrade.
+	stopping bool
 }
 
 // upgradeNote is what the loop knows of a volume's mounter pod.
@@ -146,7 +154,7 @@ func (n *nodeServer) considerUpgrade(ctx context.Context, st *stagedVolume, sock
 		return
 	}
 	step := decideUpgrade(upgradeCase{want: u.want, image: note.image, mode: mode, stopping: rep.Stopping,
-		busy: u.running != nil, told: note.told, backingOff: time.Now().Before(note.retryAt)})
+		busy: u.running != nil || u.stopping, told: note.told, backingOff: time.Now().Before(note.retryAt)})
 	switch step {
 	case upgradeTellRepair:
 		note.told = true
@@ -256,4 +264,29 @@ func (n *nodeServer) followUpgrade(ctx context.Context) {
 			"The objfuse mounter of volume %s was set to run %s instead of %s, and its new container does not serve %s later; the node plugin goes on to the next mounter. The mounter pod's status and Events, and any ObjfuseTakeoverFailed Event, say why.", run.volumeID, run.to, run.from, upgradeBound))
 	}
 	u.running = nil
+}
+
+// finishUpgrade, as the node plugin stops, checks the mounts until the
+// upgrade under way, if any, is over (upgradeStopWait at most), so that
+// the connection it keeps reaches the new container.
+func (n *nodeServer) finishUpgrade() {
+	u := n.upgrades
+	if u == nil || u.running == nil {
+		return
+	}
+	u.stopping = true
+	n.log.Info("stopping: finishing the mounter upgrade under way first", "volume", u.running.volumeID, "for at most", upgradeStopWait)
+	ctx, cancel := context.WithTimeout(context.Background(), upgradeStopWait)
+	defer cancel()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for u.running != nil {
+		select {
+		case <-ctx.Done():
+			n.log.Warn("stopping with a mounter upgrade under way", "volume", u.running.volumeID)
+			return
+		case <-t.C:
+		}
+		n.reconcile(ctx)
+	}
 }

@@ -237,3 +237,22 @@ func TestAnUpgradeThatDoesNotServeIsReported(t *testing.T) {
 		t.Fatal("the node still waits for it")
 	}
 }
+
+// A node plugin that stops while an upgrade is under way goes on
+// checking until the new container took the connection over (the
+// connection lives only in the node plugin meanwhile), and starts none.
+func TestAStoppingNodePluginFinishesTheUpgradeUnderWay(t *testing.T) {
+	e := newUpgradeEnv(t, true)
+	e.reconcile()
+	if e.d.node.upgrades.running == nil {
+		t.Fatal("no upgrade under way")
+	}
+	e.restartContainer()
+	e.d.node.finishUpgrade()
+	if r := e.told(); !slices.Equal(r, []string{reasonTakenOver, reasonUpgraded}) {
+		t.Fatalf("Events %q, want %s then %s", r, reasonTakenOver, reasonUpgraded)
+	}
+	if !e.d.node.upgrades.stopping || decideUpgrade(upgradeCase{want: newImage, image: oldImage, mode: handoff.ModeTakeover, busy: e.d.node.upgrades.stopping}) != upgradeNothing {
+		t.Fatal("a stopping node plugin would start another upgrade")
+	}
+}

@@ -402,60 +402,6 @@ func TestMounterOOMKilledIsTakenOver(t *testing.T) {
 	})
 }
 
-// TestMounterUpgradeHandsOver: the upgrade procedure (README) on one
-// mounter: arm the hand-over, then change the mounter pod's image to a
-// newer one (here the same image under another tag, made on its node by
-// $E2E_TAG_IMAGE). kubelet stops the container; the mounter holds new
-// requests, uploads what was written and exits; the new image takes the
-// connection over. The writer does not pause: even a write under way when
-// the hand-over starts must not fail.
-func TestMounterUpgradeHandsOver(t *testing.T) {
-	s := newSuite(t)
-	s.survives(false, func(mounter *corev1.Pod) {
-		if out, err := s.exec(driverNS, mounter.Name, "mounter", "/objfuse-mount", "--hand-over", "/run/objfuse/mounter.sock"); err != nil {
-			t.Fatalf("arm the hand-over: %v %s", err, out)
-		}
-		old := mounter.Spec.Containers[0].Image
-		newer := strings.Split(old, ":")[0] + ":upgrade-test"
-		tag := env("E2E_TAG_IMAGE", `../local/node.sh exec "${E2E_NODE##*-}" ctr -n k8s.io images tag --force "$E2E_IMAGE" "$E2E_NEW_IMAGE"`)
-		cmd := exec.Command("sh", "-c", tag)
-		cmd.Env = append(os.Environ(), "E2E_NODE="+mounter.Spec.NodeName, "E2E_IMAGE="+fullRef(old), "E2E_NEW_IMAGE="+fullRef(newer))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("tag the image (%s): %v\n%s", tag, err, out)
-		}
-		p := mounter.DeepCopy()
-		p.Spec.Containers[0].Image = newer
-		if _, err := s.kc.CoreV1().Pods(driverNS).Update(s.ctx(), p, metav1.UpdateOptions{}); err != nil {
-			t.Fatalf("change the mounter's image: %v", err)
-		}
-		// The old container handed over: it said so as it exited 75.
-		s.eventually(time.Minute, "the old container to hand over", func() (bool, error) {
-			p, err := s.kc.CoreV1().Pods(driverNS).Get(s.ctx(), mounter.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, c := range p.Status.ContainerStatuses {
-				if last := c.LastTerminationState.Terminated; c.Name == "mounter" && last != nil {
-					if last.ExitCode != 75 || !strings.Contains(last.Message, "handed the FUSE connection over") {
-						t.Fatalf("the old container ended otherwise: exit %d, %q", last.ExitCode, last.Message)
-					}
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-	})
-}
-
-// fullRef is an image reference as containerd names it: a short name
-// like objfuse:TAG is docker.io/library/objfuse:TAG.
-func fullRef(ref string) string {
-	if name, _, _ := strings.Cut(ref, ":"); !strings.Contains(name, "/") {
-		return "docker.io/library/" + ref
-	}
-	return ref
-}
-
 // survives runs disrupt on the mounter while one pod appends and fsyncs
 // lines and another reads the file, both without mount propagation, then
 // checks neither saw an error or restarted, every line is in S3 once, and
