@@ -18,10 +18,11 @@ import (
 // crashed) or a hung one is replaced from the restarted mounter, and the
 // staging path and every target are bound again.
 func (n *nodeServer) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(n.reconcileEvery)
+	t := time.NewTimer(n.reconcileEvery)
 	defer t.Stop()
 	for {
 		n.reconcile(ctx)
+		t.Reset(n.nextCheck())
 		select {
 		case <-ctx.Done():
 			n.finishUpgrade()
@@ -134,10 +135,18 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		defer cancel()
 		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
 	}
-	perr := n.checkMounts(st)
 	// A kept connection changes what a hung mount means: its mounter may
 	// be dead, its requests queued for a successor (node_takeover.go).
 	_, kept := n.keeper.connection(volumeID)
+	if kept && n.upgrading(volumeID) {
+		// Its mounter is handing over: its successor need not wait for
+		// the mount's check to time out.
+		if rep, err := status(); err == nil && rep.Resumable && !rep.Serving {
+			n.handOver(ctx, st, &socket, rep, err)
+			return
+		}
+	}
+	perr := n.checkMounts(st)
 	serving, gaveUp := false, false
 	if errors.Is(perr, mounts.ErrHung) {
 		rep, err := status()

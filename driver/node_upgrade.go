@@ -37,6 +37,11 @@ const upgradeRetry = 5 * time.Minute
 // the pod's default grace period (30 s); a hand-over takes seconds.
 const upgradeStopWait = 20 * time.Second
 
+// upgradeCheckEvery is how often the mounts are checked while an upgrade
+// is under way: the pods wait from the old container's exit until a
+// check hands the connection to the new one.
+const upgradeCheckEvery = 500 * time.Millisecond
+
 // mounterUpgrades is the reconcile loop's memory of the node's upgrades;
 // only the loop reads and writes it.
 type mounterUpgrades struct {
@@ -266,6 +271,19 @@ func (n *nodeServer) followUpgrade(ctx context.Context) {
 	u.running = nil
 }
 
+// upgrading says whether volumeID's mounter is being upgraded.
+func (n *nodeServer) upgrading(volumeID string) bool {
+	return n.upgrades != nil && n.upgrades.running != nil && n.upgrades.running.volumeID == volumeID
+}
+
+// nextCheck is how long the reconcile loop waits for its next check.
+func (n *nodeServer) nextCheck() time.Duration {
+	if n.upgrades != nil && n.upgrades.running != nil {
+		return min(upgradeCheckEvery, n.reconcileEvery)
+	}
+	return n.reconcileEvery
+}
+
 // finishUpgrade, as the node plugin stops, checks the mounts until the
 // upgrade under way, if any, is over (upgradeStopWait at most), so that
 // the connection it keeps reaches the new container.
@@ -278,7 +296,7 @@ func (n *nodeServer) finishUpgrade() {
 	n.log.Info("stopping: finishing the mounter upgrade under way first", "volume", u.running.volumeID, "for at most", upgradeStopWait)
 	ctx, cancel := context.WithTimeout(context.Background(), upgradeStopWait)
 	defer cancel()
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(upgradeCheckEvery)
 	defer t.Stop()
 	for u.running != nil {
 		select {

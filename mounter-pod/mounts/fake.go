@@ -194,10 +194,6 @@ func (f *Fake) SetDead(path string) {
 // SetHung makes every mount of the connection at path not answer.
 func (f *Fake) SetHung(path string) { f.set(path, ErrHung) }
 
-// SetAnswering makes the mounts of the connection at path answer again,
-// as a hung one does once a successor took it over.
-func (f *Fake) SetAnswering(path string) { f.set(path, nil) }
-
 func (f *Fake) set(path string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
