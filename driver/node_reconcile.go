@@ -21,8 +21,11 @@ func (n *nodeServer) reconcileLoop(ctx context.Context) {
 	t := time.NewTimer(n.reconcileEvery)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		n.reconcile(ctx)
-		t.Reset(n.nextCheck())
+		// Checks start every nextCheck, however long one takes (a hung
+		// mount's takes probeTimeout).
+		t.Reset(n.nextCheck() - time.Since(start))
 		select {
 		case <-ctx.Done():
 			n.finishUpgrade()
