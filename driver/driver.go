@@ -183,6 +183,7 @@ func (d *Driver) newNodeServer() *nodeServer {
 		state:   newNodeState(o.StateDir, d.metrics.abnormal, d.metrics.survival, d.log),
 		repairs: d.metrics.repairs, takeovers: d.metrics.takeovers, takeoverFallbacks: d.metrics.takeoverFallbacks, log: d.log,
 		probeTimeout: o.ProbeTimeout, mounterWait: o.MounterWait, reconcileEvery: o.ReconcileEvery,
+		watches: newMounterWatches(),
 	}
 	if o.MountTakeover {
 		n.keeper = newConnKeeper(o.Mounts.Connection)

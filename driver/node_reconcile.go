@@ -18,6 +18,7 @@ import (
 // crashed) or a hung one is replaced from the restarted mounter, and the
 // staging path and every target are bound again.
 func (n *nodeServer) reconcileLoop(ctx context.Context) {
+	n.watches.start(ctx)
 	t := time.NewTimer(n.reconcileEvery)
 	defer t.Stop()
 	for {
@@ -31,6 +32,8 @@ func (n *nodeServer) reconcileLoop(ctx context.Context) {
 			n.finishUpgrade()
 			return
 		case <-t.C:
+		case id := <-n.watches.ended:
+			n.state.ended[id] = true
 		}
 	}
 }
@@ -49,6 +52,7 @@ func (n *nodeServer) reconcile(ctx context.Context) {
 	forgetUnstaged(n.state.healthNotes, staged)
 	forgetUnstaged(n.state.hangs, staged)
 	forgetUnstaged(n.state.takeoverSince, staged)
+	forgetUnstaged(n.state.ended, staged)
 	forgetUnstaged(n.state.lendAsked, staged)
 }
 
@@ -141,15 +145,15 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 	// A kept connection changes what a hung mount means: its mounter may
 	// be dead, its requests queued for a successor (node_takeover.go).
 	_, kept := n.keeper.connection(volumeID)
-	if kept && n.upgrading(volumeID) {
-		// Its mounter is handing over: its successor need not wait for
-		// the mount's check to time out.
-		if rep, err := status(); err == nil && rep.Resumable && !rep.Serving {
-			n.handOver(ctx, st, &socket, rep, err)
-			return
-		}
+	var perr error
+	if kept && (n.upgrading(volumeID) || n.state.ended[volumeID]) && successorAwaited(status) {
+		// Its mounter ended or is handing over, and its socket says no
+		// one serves: the mount hangs, no need to wait for a probe to
+		// time out (node_mounter_watch.go).
+		perr = mounts.ErrHung
+	} else {
+		perr = n.checkMounts(st)
 	}
-	perr := n.checkMounts(st)
 	serving, gaveUp := false, false
 	if errors.Is(perr, mounts.ErrHung) {
 		rep, err := status()
@@ -183,6 +187,10 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		if n.keeper != nil && !kept && rep.Serving {
 			n.borrowConnection(ctx, st, socket, rep.PID)
 			_, kept = n.keeper.connection(volumeID)
+		}
+		delete(n.state.ended, volumeID)
+		if rep.Serving {
+			n.watchMounter(volumeID, socket)
 		}
 		mode := survivalMode(kept, rep.Mode)
 		n.state.setMode(volumeID, mode)

@@ -38,7 +38,9 @@ type nodeServer struct {
 	takeoverFallbacks prometheus.Counter
 	// upgrades upgrades running mounters to the driver's image; nil
 	// when the node knows no image or no API.
-	upgrades       *mounterUpgrades
+	upgrades *mounterUpgrades
+	// watches hear a mounter's end at once (node_mounter_watch.go).
+	watches        *mounterWatches
 	log            *slog.Logger
 	probeTimeout   time.Duration // bounds a check of a FUSE mount
 	mounterWait    time.Duration // bounds NodeStage's wait for the mounter's socket

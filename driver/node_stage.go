@@ -182,6 +182,7 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 	// The node's handle is kept, so that the connection outlives the
 	// mounter (closed at once with takeover off).
 	n.keeper.keep(st.VolumeID, fd)
+	n.watchMounter(st.VolumeID, socket)
 	// The mounter answered INIT before "serving", so the kernel's
 	// readahead can be raised now; the mount works without it, slower.
 	if err := n.mounts.TuneReadahead(mnt, mounts.ReadaheadKiB); err != nil {

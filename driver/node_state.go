@@ -92,12 +92,15 @@ type nodeState struct {
 	// mounter process (pid) last asked to lend each volume's handle.
 	takeoverSince map[string]time.Time
 	lendAsked     map[string]int
+	// ended are the volumes whose mounter a watch saw end, until a
+	// successor serves (node_mounter_watch.go).
+	ended map[string]bool
 }
 
 func newNodeState(dir string, gauge prometheus.Gauge, survival *prometheus.GaugeVec, log *slog.Logger) *nodeState {
 	return &nodeState{dir: dir, log: log, gauge: gauge, survival: survival, abnormal: map[string]string{}, pending: map[string]string{},
 		modes: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{},
-		takeoverSince: map[string]time.Time{}, lendAsked: map[string]int{}}
+		takeoverSince: map[string]time.Time{}, lendAsked: map[string]int{}, ended: map[string]bool{}}
 }
 
 // podsAt are the pods the volumes staged here were published at targets

@@ -115,6 +115,7 @@ func (n *nodeServer) handOver(ctx context.Context, st *stagedVolume, socket *str
 			return takeoverGiveUp
 		}
 		n.tookOver(ctx, st, time.Since(since))
+		n.watchMounter(st.VolumeID, *socket)
 	case takeoverGiveUp:
 		n.giveUpTakeover(ctx, st, why)
 	}
@@ -142,6 +143,7 @@ func (n *nodeServer) takeOver(ctx context.Context, st *stagedVolume, socket stri
 // tookOver records a takeover that worked.
 func (n *nodeServer) tookOver(ctx context.Context, st *stagedVolume, waited time.Duration) {
 	delete(n.state.takeoverSince, st.VolumeID)
+	delete(n.state.ended, st.VolumeID)
 	n.state.hangs[st.VolumeID] = 0
 	n.state.setAbnormal(st.VolumeID, "")
 	n.takeovers.Inc()
@@ -156,6 +158,7 @@ func (n *nodeServer) tookOver(ctx context.Context, st *stagedVolume, waited time
 // and repairs the mount as it would have without one (and tells that).
 func (n *nodeServer) giveUpTakeover(ctx context.Context, st *stagedVolume, why string) {
 	delete(n.state.takeoverSince, st.VolumeID)
+	delete(n.state.ended, st.VolumeID)
 	n.takeoverFallbacks.Inc()
 	n.log.Warn("FUSE connection not taken over; aborting it to mount the volume again", "volume", st.VolumeID, "why", why)
 	_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonTakeoverFailed, fmt.Sprintf(

@@ -278,7 +278,7 @@ func (n *nodeServer) upgrading(volumeID string) bool {
 
 // nextCheck is how long the reconcile loop waits for its next check.
 func (n *nodeServer) nextCheck() time.Duration {
-	if n.upgrades != nil && n.upgrades.running != nil {
+	if n.upgrades != nil && n.upgrades.running != nil || len(n.state.ended) > 0 {
 		return min(upgradeCheckEvery, n.reconcileEvery)
 	}
 	return n.reconcileEvery
