@@ -46,6 +46,9 @@ type FS struct {
 	// handingOver: this process did.
 	handedOver, handingOver bool
 
+	// broken: a record could not be written; the journal is gone.
+	broken bool
+
 	// gate holds requests back during a hand-over (HandOver).
 	gate gate
 
@@ -157,16 +160,37 @@ func (t *FS) Remove() error {
 
 // record appends to the journal and compacts it when it has grown to
 // several times what it describes. Called with mu held.
+//
+// A record that cannot be written (the staging volume full, an I/O
+// error) would leave a successor a journal that lies: a node id the
+// kernel holds given out again for another file, a handle with lost
+// writes revived as clean. The journal is removed instead, and kept no
+// more: no successor takes this connection over (it is repaired, as on a
+// kernel that cannot resend), and Takeable says so.
 func (t *FS) record(format string, args ...any) {
-	if err := t.journal.append(fmt.Sprintf(format, args...)); err != nil {
-		t.log.Error("a successor could not take this connection over", "err", err)
+	if t.broken {
+		return
 	}
+	err := t.journal.append(fmt.Sprintf(format, args...))
 	live := len(t.nodes) + len(t.handles) + len(t.old.Nodes) + len(t.old.Handles)
-	if t.journal.records > 4*live+4096 {
-		if err := t.journal.rewrite(t.snapshot()); err != nil {
-			t.log.Error("compact takeover journal", "err", err)
+	if err == nil && t.journal.records > 4*live+4096 {
+		err = t.journal.rewrite(t.snapshot())
+	}
+	if err != nil {
+		t.broken = true
+		t.log.Error("the takeover journal cannot be written; no successor will take this connection over, it will be repaired instead", "err", err)
+		if rerr := t.journal.Remove(); rerr != nil {
+			t.log.Error("remove the takeover journal that cannot be kept", "err", rerr)
 		}
 	}
+}
+
+// Takeable says whether a successor can take the connection over: the
+// journal holds everything the kernel was told.
+func (t *FS) Takeable() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.broken
 }
 
 // snapshot is the tables as a journal would hold them. Called with mu held.

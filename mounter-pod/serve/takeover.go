@@ -132,7 +132,7 @@ func (m *mounter) takeOver(fd int) (*fuse.Server, error) {
 func (m *mounter) mode() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.tfs != nil && m.srv != nil && canResend(m.srv.KernelSettings()) {
+	if m.tfs != nil && m.tfs.Takeable() && m.srv != nil && canResend(m.srv.KernelSettings()) {
 		return handoff.ModeTakeover
 	}
 	return handoff.ModeRepair
@@ -152,7 +152,7 @@ func (m *mounter) handOver() handoff.Reply {
 	m.mu.Lock()
 	tfs := m.tfs
 	m.mu.Unlock()
-	if tfs == nil {
+	if tfs == nil || !tfs.Takeable() {
 		return handoff.Reply{Error: "nothing to hand over: not serving a connection a successor can take over", Source: src}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.drainTimeout())
@@ -179,7 +179,7 @@ func (m *mounter) armHandOver() handoff.Reply {
 	m.mu.Lock()
 	tfs := m.tfs
 	m.mu.Unlock()
-	if tfs == nil {
+	if tfs == nil || !tfs.Takeable() {
 		return handoff.Reply{Error: "nothing to hand over: not serving a connection a successor can take over", Source: src}
 	}
 	m.handOverArmed.Store(true)
