@@ -93,6 +93,11 @@ type handle struct {
 	owes bool
 	// lost: it could not be opened again; every call fails with EIO.
 	lost bool
+	// changes counts the changes begun through it, changing those under
+	// way (dirty), so that a flush clears Dirty only if it covers them
+	// (flushing, flushed).
+	changes  uint64
+	changing int
 }
 
 // rootID is the root's node id, the same in every protocol and process.

@@ -651,3 +651,44 @@ func TestAJournalThatCannotBeWrittenIsGivenUp(t *testing.T) {
 	}
 	lookup(t, tfs, rootID, "b") // no more records, and no failure
 }
+
+// A flush clears a handle's Dirty only if it covers every change begun
+// through it: a write under way as it began, or begun since, may not be
+// in what it uploaded, and stays to fail after a crash.
+func TestAFlushClearsOnlyTheChangesItCovers(t *testing.T) {
+	tr := newTree()
+	tr.add(1, "f", syscall.S_IFREG)
+	tfs, _ := serve(t, tr, nil)
+	f := lookup(t, tfs, rootID, "f").NodeId
+	fh := open(t, tfs, f, syscall.O_WRONLY)
+	h := tfs.handles[fh]
+	dirtyInJournal := func() bool {
+		t.Helper()
+		s, err := Load(tfs.journal.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Handles[fh].Dirty
+	}
+
+	ended := tfs.dirty(fh, h) // a write under way ...
+	mark := tfs.flushing(h)   // ... as a flush begins
+	tfs.flushed(fh, h, mark)
+	ended()
+	if !dirtyInJournal() {
+		t.Error("a flush that began while a write was under way marked the handle clean")
+	}
+
+	mark = tfs.flushing(h)
+	tfs.dirty(fh, h)() // a write begun and ended after the flush began
+	tfs.flushed(fh, h, mark)
+	if !dirtyInJournal() {
+		t.Error("a flush marked the handle clean over a write begun after it")
+	}
+
+	mark = tfs.flushing(h) // nothing under way, nothing since
+	tfs.flushed(fh, h, mark)
+	if dirtyInJournal() {
+		t.Error("a flush covering every write left the handle dirty")
+	}
+}

@@ -104,25 +104,49 @@ func (t *FS) reopen(h *handle) fuse.Status {
 	return st
 }
 
-// dirty notes writes to fh before they go in: if the process dies while
-// they are in its memory, the successor must fail the handle.
-func (t *FS) dirty(fh uint64, h *handle) {
+// dirty notes a change to fh's file (a write, a truncate) before it goes
+// in: if the process dies while it is in its memory, the successor must
+// fail the handle. The change ends when ended is called.
+func (t *FS) dirty(fh uint64, h *handle) (ended func()) {
 	if fh == 0 {
-		return
+		return func() {}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	h.changes++
+	h.changing++
 	if !h.Dirty {
 		h.Dirty = true
 		t.record("w %d", fh)
 	}
+	return func() {
+		t.mu.Lock()
+		h.changing--
+		t.mu.Unlock()
+	}
 }
 
-// flushed notes that fh's writes are in S3.
-func (t *FS) flushed(fh uint64, h *handle) {
+// flushMark is what a flush covers: the changes to its handle begun
+// before it, unless one was under way (its bytes may go in after the
+// flush took the file's content).
+type flushMark struct {
+	changes uint64
+	whole   bool
+}
+
+// flushing marks a flush of h beginning.
+func (t *FS) flushing(h *handle) flushMark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if h.Dirty {
+	return flushMark{changes: h.changes, whole: h.changing == 0}
+}
+
+// flushed notes that fh's writes are in S3, if the flush marked at mark
+// covered them all: a change begun since, or under way then, may not be.
+func (t *FS) flushed(fh uint64, h *handle, mark flushMark) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.Dirty && mark.whole && h.changes == mark.changes {
 		h.Dirty = false
 		t.record("c %d", fh)
 	}

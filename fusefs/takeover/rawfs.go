@@ -76,7 +76,7 @@ func (t *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 			return st
 		}
 		if in.Valid&fuse.FATTR_SIZE != 0 {
-			t.dirty(fh, h)
+			defer t.dirty(fh, h)()
 		}
 		c.Fh = h.inner
 	}
@@ -435,31 +435,33 @@ func (t *FS) nodeOf(h *handle) uint64 {
 
 func (t *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	defer t.op()()
-	c, st := t.write(in)
+	c, ended, st := t.write(in)
 	if !st.Ok() {
 		return 0, st
 	}
+	defer ended()
 	return t.inner.Write(cancel, &c, data)
 }
 
 func (t *FS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
 	defer t.op()()
-	c, st := t.write(in)
+	c, ended, st := t.write(in)
 	if !st.Ok() {
 		return 0, st
 	}
+	defer ended()
 	return t.inner.Writev(cancel, &c, data)
 }
 
-func (t *FS) write(in *fuse.WriteIn) (fuse.WriteIn, fuse.Status) {
-	c := *in
+// write translates a WRITE and notes its change beginning (dirty).
+func (t *FS) write(in *fuse.WriteIn) (c fuse.WriteIn, ended func(), st fuse.Status) {
+	c = *in
 	var h *handle
-	var st fuse.Status
 	if c.InHeader, h, st = t.nodeAndHandle(in.InHeader, in.Fh); st.Ok() {
-		t.dirty(in.Fh, h)
+		ended = t.dirty(in.Fh, h)
 		c.Fh = h.inner
 	}
-	return c, st
+	return c, ended, st
 }
 
 func (t *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
@@ -476,7 +478,7 @@ func (t *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (ui
 	if dst, st = t.innerHandle(in.FhOut); !st.Ok() {
 		return 0, st
 	}
-	t.dirty(in.FhOut, dst)
+	defer t.dirty(in.FhOut, dst)()
 	c.FhIn, c.FhOut = src.inner, dst.inner
 	return t.inner.CopyFileRange(cancel, &c)
 }
@@ -502,8 +504,9 @@ func (t *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 		return st
 	}
 	c.Fh = h.inner
+	mark := t.flushing(h)
 	if st = t.inner.Flush(cancel, &c); st.Ok() {
-		t.flushed(in.Fh, h)
+		t.flushed(in.Fh, h, mark)
 	}
 	return st
 }
@@ -514,8 +517,9 @@ func (t *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if !st.Ok() {
 		return st
 	}
+	mark := t.flushing(h)
 	if st = t.inner.Fsync(cancel, &c); st.Ok() && in.Fh != 0 {
-		t.flushed(in.Fh, h)
+		t.flushed(in.Fh, h, mark)
 	}
 	return st
 }
@@ -547,7 +551,7 @@ func (t *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status
 	if c.InHeader, h, st = t.nodeAndHandle(in.InHeader, in.Fh); !st.Ok() {
 		return st
 	}
-	t.dirty(in.Fh, h)
+	defer t.dirty(in.Fh, h)()
 	c.Fh = h.inner
 	return t.inner.Fallocate(cancel, &c)
 }
