@@ -60,6 +60,9 @@ type fake struct {
 	release int
 	// dirplus are the entries of the last READDIRPLUS reply, as written.
 	dirplus map[string]*fuse.EntryOut
+	// beforeLookup, if set, runs as each Lookup begins (without the
+	// lock): a test makes races there.
+	beforeLookup func(name string)
 }
 
 func newFake(tr *tree) *fake {
@@ -101,6 +104,9 @@ func (f *fake) entry(ino uint64, out *fuse.EntryOut) {
 }
 
 func (f *fake) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if f.beforeLookup != nil {
+		f.beforeLookup(name)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	dir, ok := f.node(h.NodeId)

@@ -52,9 +52,10 @@ type FS struct {
 	// gate holds requests back during a hand-over (HandOver).
 	gate gate
 
-	// reviveMu makes revivals one at a time: two requests for one dead
-	// number must not revive it twice.
-	reviveMu sync.Mutex
+	// reviveMu makes revivals one at a time (two requests for one dead
+	// number must not revive it twice) and keeps them from requests that
+	// change names, which hold it shared (changingNames).
+	reviveMu sync.RWMutex
 
 	stats Stats
 }
@@ -231,6 +232,16 @@ func (t *FS) innerNode(id uint64) (uint64, fuse.Status) {
 	t.reviveMu.Lock()
 	defer t.reviveMu.Unlock()
 	return t.reviveNode(id)
+}
+
+// changingNames holds revivals off while a request changes names (the
+// returned func lets them go on): a revival looks a name up and takes in
+// the node found as one step, which a rename over the name between the
+// two would make another file's. Called after the request's node ids
+// are translated, which may revive.
+func (t *FS) changingNames() func() {
+	t.reviveMu.RLock()
+	return t.reviveMu.RUnlock
 }
 
 // reviveNode looks a predecessor's node up again by its name, its parent

@@ -90,6 +90,7 @@ func (t *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	st = t.inner.Mknod(cancel, &c, name, out)
 	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
@@ -107,6 +108,7 @@ func (t *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	st = t.inner.Mkdir(cancel, &c, name, out)
 	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
@@ -132,6 +134,7 @@ func (t *FS) remove(cancel <-chan struct{}, h *fuse.InHeader, name string, op fu
 	if !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	if st = op(cancel, &in, name); st.Ok() || t.removedBefore(h, st, name) {
 		st = fuse.OK
 		t.mu.Lock()
@@ -151,6 +154,7 @@ func (t *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName 
 	if c.Newdir, st = t.innerNode(in.Newdir); !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	if st = t.inner.Rename(cancel, &c, oldName, newName); !st.Ok() && !t.renamedBefore(cancel, &in.InHeader, &c, st, oldName, newName) {
 		return st
 	}
@@ -184,6 +188,7 @@ func (t *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 	if c.Oldnodeid, st = t.innerNode(in.Oldnodeid); !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	st = t.inner.Link(cancel, &c, name, out)
 	if st.Ok() {
 		t.entered(in.NodeId, name, out, true)
@@ -200,6 +205,7 @@ func (t *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkNa
 	if !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	st = t.inner.Symlink(cancel, &in, pointedTo, linkName, out)
 	if st.Ok() {
 		t.entered(h.NodeId, linkName, out, true)
@@ -273,6 +279,7 @@ func (t *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	if c.InHeader, st = t.header(in.InHeader); !st.Ok() {
 		return st
 	}
+	defer t.changingNames()()
 	st = t.inner.Create(cancel, &c, name, out)
 	if st == eexist && t.mayBeDone(&in.InHeader) && t.madeBefore(cancel, c.NodeId, name, syscall.S_IFREG, 0, &out.EntryOut) {
 		// O_EXCL, and the predecessor made it: open what it made.

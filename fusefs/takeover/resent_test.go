@@ -3,8 +3,10 @@ package takeover
 import (
 	"context"
 	"reflect"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -91,5 +93,57 @@ func TestResentAfterHandOverIsAsSentOnce(t *testing.T) {
 	wantStatus(t, "unlink resent after a hand-over", succ.Unlink(nil, ptr(hdr(rootID, true)), "gone"), fuse.ENOENT)
 	if again, err := Load(succ.journal.path); err != nil || again.HandedOver {
 		t.Errorf("the successor's journal: HandedOver %v (%v), want false", again.HandedOver, err)
+	}
+}
+
+// A rename over a name a revival is looking up waits for the revival:
+// the predecessor's node of the name is the file that had it, never the
+// one renamed over it; after the rename it has no name.
+func TestARenameOverANameBeingRevivedWaits(t *testing.T) {
+	tr := newTree()
+	dino := tr.add(1, "d", syscall.S_IFDIR)
+	oldF := tr.add(dino, "f", syscall.S_IFREG)
+	tr.add(dino, "tmp", syscall.S_IFREG)
+	pred, _ := serve(t, tr, nil)
+	d := lookup(t, pred, rootID, "d").NodeId
+	f := lookup(t, pred, d, "f").NodeId
+	saved, err := Load(pred.journal.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	succ, inner := serve(t, tr, saved)
+	if _, st := getattr(succ, d); !st.Ok() { // d revived first
+		t.Fatal(st)
+	}
+	renamed := make(chan fuse.Status, 1)
+	var once sync.Once
+	inner.beforeLookup = func(name string) {
+		if name == "f" {
+			once.Do(func() {
+				go func() {
+					renamed <- succ.Rename(nil, &fuse.RenameIn{InHeader: fuse.InHeader{NodeId: d}, Newdir: d}, "tmp", "f")
+				}()
+				// The rename, were it not held off, ends well within
+				// this: the lookup would then find the new file.
+				select {
+				case st := <-renamed:
+					renamed <- st
+				case <-time.After(200 * time.Millisecond):
+				}
+			})
+		}
+	}
+	ino, st := getattr(succ, f)
+	if !st.Ok() || ino != oldF {
+		t.Errorf("the predecessor's node of f answers ino %d (%v), want the file that had the name, %d", ino, st, oldF)
+	}
+	if st := <-renamed; !st.Ok() {
+		t.Fatalf("rename: %v", st)
+	}
+	succ.mu.Lock()
+	place, _ := succ.place(f)
+	succ.mu.Unlock()
+	if place.Parent != 0 {
+		t.Errorf("after the rename over it, the old f is at %+v, want no name", place)
 	}
 }
