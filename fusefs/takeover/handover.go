@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // gate holds requests back while the connection is handed over: a
@@ -13,6 +14,7 @@ type gate struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight int
+	held     int64 // requests held, never to be answered here
 	drained  chan struct{} // closed when closed and inflight reaches 0
 }
 
@@ -22,6 +24,7 @@ func (t *FS) op() func() {
 	g := &t.gate
 	g.mu.Lock()
 	if g.closed {
+		g.held++
 		g.mu.Unlock()
 		select {} // the successor answers it, after the kernel resends it
 	}
@@ -59,6 +62,12 @@ func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) er
 	case <-ctx.Done():
 		return fmt.Errorf("hand over: requests under way did not end: %w", ctx.Err())
 	}
+	// The answers of those that ended must be written before the process
+	// exits: the kernel would resend one still unwritten, and the
+	// successor do it again.
+	if err := t.answersWritten(ctx); err != nil {
+		return err
+	}
 	// Every request from now on is held before it begins: the successor
 	// does them all for the first time, whatever the flush does.
 	t.mu.Lock()
@@ -77,4 +86,27 @@ func (t *FS) HandOver(ctx context.Context, flush func(context.Context) error) er
 		}
 	}
 	return nil
+}
+
+// answersWritten waits until the server has written the answer of every
+// request it read but those the gate holds.
+func (t *FS) answersWritten(ctx context.Context) error {
+	srv := t.server.Load()
+	if srv == nil {
+		return nil
+	}
+	g := &t.gate
+	for {
+		g.mu.Lock()
+		held := g.held
+		g.mu.Unlock()
+		if srv.Outstanding() <= held {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("hand over: answers not yet written: %w", ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

@@ -60,6 +60,9 @@ type Server struct {
 	// Pool for raw requests data
 	readPool sync.Pool
 
+	// outstanding counts requests read and not yet answered (Outstanding).
+	outstanding atomic.Int64
+
 	singleReader bool
 	canSplice    bool
 	serving      atomic.Bool // for preventing duplicate Serve() calls
@@ -508,6 +511,8 @@ exit:
 
 func (ms *Server) handleRequest(req *requestAlloc) Status {
 	defer ms.fuseFD.returnRequest(req)
+	ms.outstanding.Add(1)
+	defer ms.outstanding.Add(-1)
 	if ms.opts.SingleThreaded {
 		ms.requestProcessingMu.Lock()
 		defer ms.requestProcessingMu.Unlock()
@@ -648,6 +653,15 @@ func (ms *Server) ResendNotify() Status {
 	}
 	return ms.notifyWrite(newNotifyRequest(_OP_NOTIFY_RESEND))
 }
+
+// Outstanding is the number of requests read from the kernel whose
+// handling has not ended: not yet answered, or, for those the kernel
+// wants no answer to, not yet done. A server handing its connection
+// over to a successor (see MountOptions.ResumeInit) waits for it to
+// count only the requests it holds for the successor, so that no answer
+// is still unwritten when it exits: the kernel would resend that request
+// to the successor, which would do it a second time.
+func (ms *Server) Outstanding() int64 { return ms.outstanding.Load() }
 
 // IncEpochNotify increments the connection's epoch, which makes the
 // kernel look up again every directory entry it cached before, e.g.
