@@ -171,8 +171,10 @@ func (n *nodeServer) giveUpTakeover(ctx context.Context, st *stagedVolume, why s
 // lost the one it kept, or kept none. The handle is checked, for the
 // mounter is less trusted than the node plugin: it must be a live FUSE
 // connection, and the one mounted at the staging path where the kernel
-// names it. Each mounter process (pid) is asked once: an older one does
-// not know the op, and would refuse every check.
+// names it. Each mounter process (pid) is asked once if it answers (an
+// older one does not know the op, and would refuse every check); one
+// that did not answer (busy past the 2 s bound) is asked again at the
+// next check.
 func (n *nodeServer) borrowConnection(ctx context.Context, st *stagedVolume, socket string, pid int) {
 	if pid != 0 && n.state.lendAsked[st.VolumeID] == pid {
 		return
@@ -181,6 +183,9 @@ func (n *nodeServer) borrowConnection(ctx context.Context, st *stagedVolume, soc
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	rep, fd, err := handoff.CallFD(cctx, socket, handoff.Request{Op: handoff.OpLend}, -1)
+	if err != nil && rep.PID == 0 { // every answer carries the pid
+		delete(n.state.lendAsked, st.VolumeID) // no answer: ask again
+	}
 	if err == nil && fd < 0 {
 		err = errors.New("it attached no handle")
 	}
