@@ -14,7 +14,7 @@ type gate struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight int
-	held     int64 // requests held, never to be answered here
+	held     int64         // requests held, never to be answered here
 	drained  chan struct{} // closed when closed and inflight reaches 0
 }
 
