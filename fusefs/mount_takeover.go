@@ -15,6 +15,9 @@ import (
 type Resume struct {
 	Init  fuse.InitIn
 	Saved *takeover.Saved
+	// Reply is the predecessor's INIT reply, whose terms the kernel
+	// keeps; nil if it left none (an older mounter).
+	Reply *fuse.InitOut
 }
 
 // ServeTakeover serves the FUSE handle at fdPath (/dev/fd/N) so that a
@@ -47,6 +50,13 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	if err != nil {
 		tfs.Close()
 		return nil, nil, fmt.Errorf("serve %s on %s: %w", fsName, fdPath, err)
+	}
+	if resume != nil && resume.Reply != nil && srv.InitReply() != *resume.Reply {
+		// Not served: nothing was read from the connection.
+		tfs.Close()
+		got, want := srv.InitReply(), *resume.Reply
+		return nil, nil, fmt.Errorf("this mounter's FUSE terms differ from those the kernel keeps from the previous one (max write %d, readahead %d, flags %#x; the kernel's: %d, %d, %#x): it cannot serve the connection",
+			got.MaxWrite, got.MaxReadAhead, got.Flags64(), want.MaxWrite, want.MaxReadAhead, want.Flags64())
 	}
 	if resume != nil && !resume.Saved.HandedOver {
 		// The predecessor died: while no one served, other clients may

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -498,4 +499,49 @@ func TestTakeoverSeesNamesChangedMeanwhile(t *testing.T) {
 		t.Error(err)
 	}
 	m.release(t)
+}
+
+// TestTakeoverRefusesOtherFUSETerms: a successor whose INIT reply would
+// differ from the one the kernel keeps (here the saved one is made to
+// say another maximum write, as an upgrade that changed it would) does
+// not serve the connection: it says why, and the node repairs instead.
+func TestTakeoverRefusesOtherFUSETerms(t *testing.T) {
+	srv, staging, m, fd := servedMount(t)
+	m.cmd.Process.Kill()
+	<-m.exited
+	var reply string
+	filepath.WalkDir(staging, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "init-reply.json" {
+			reply = p
+		}
+		return nil
+	})
+	body, err := os.ReadFile(reply)
+	if err != nil {
+		t.Fatalf("the mounter saved no INIT reply: %v", err)
+	}
+	var saved map[string]any
+	if err := json.Unmarshal(body, &saved); err != nil {
+		t.Fatal(err)
+	}
+	saved["MaxWrite"] = saved["MaxWrite"].(float64) / 2
+	if body, err = json.Marshal(saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(reply, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m = restartHandoff(t, m, srv, "--staging-dir", staging)
+	dup, err := syscall.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpServe, TakeOver: true}, dup)
+	syscall.Close(dup)
+	if err == nil && rep.Serving {
+		t.Fatal("a successor with other FUSE terms serves the connection")
+	}
+	if msg := fmt.Sprint(err, rep.Error); !strings.Contains(msg, "FUSE terms differ") {
+		t.Fatalf("refused with %q, want it to say the FUSE terms differ", msg)
+	}
 }

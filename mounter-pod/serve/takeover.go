@@ -17,27 +17,40 @@ import (
 )
 
 // What a mounter keeps in Config.StateDir for a successor: the kernel's
-// INIT (sent once per connection, and the terms it is served on) beside
-// takeover.FS's journal of node ids and handles.
-const initFile = "init.json"
+// INIT (sent once per connection) and the reply it got (the terms the
+// connection is served on), beside takeover.FS's journal of node ids and
+// handles.
+const (
+	initFile  = "init.json"
+	replyFile = "init-reply.json"
+)
 
 // connState is a served connection's state directory.
 type connState struct{ dir string }
 
 func (s connState) journal() string { return takeover.Path(s.dir) }
 
-// saveInit keeps the kernel's INIT for a successor, written aside and
-// renamed so that a death midway leaves no half of it.
-func (s connState) saveInit(in *fuse.InitIn) error {
-	body, err := json.Marshal(in)
+// saveInit keeps the kernel's INIT and the reply it got for a successor.
+// The reply goes first: INIT says there is a connection to take over.
+func (s connState) saveInit(in *fuse.InitIn, reply fuse.InitOut) error {
+	if err := s.save(replyFile, reply); err != nil {
+		return err
+	}
+	return s.save(initFile, in)
+}
+
+// save writes v to name as JSON, aside and renamed over, so that a death
+// midway leaves no half of it.
+func (s connState) save(name string, v any) error {
+	body, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.dir, initFile+".new")
+	tmp := filepath.Join(s.dir, name+".new")
 	if err := os.WriteFile(tmp, body, 0o600); err != nil {
 		return fmt.Errorf("save the kernel's INIT for a successor: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, initFile)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
 		return fmt.Errorf("save the kernel's INIT for a successor: %w", err)
 	}
 	return nil
@@ -56,6 +69,13 @@ func (s connState) resume() (*fusefs.Resume, error) {
 	}
 	if !canResend(&r.Init) {
 		return nil, errors.New("the kernel cannot resend the requests a dead mounter read (FUSE_NOTIFY_RESEND needs Linux 6.9 or later)")
+	}
+	if body, err := os.ReadFile(filepath.Join(s.dir, replyFile)); err == nil {
+		var reply fuse.InitOut
+		if err := json.Unmarshal(body, &reply); err != nil {
+			return nil, fmt.Errorf("the saved INIT reply is unreadable: %w", err)
+		}
+		r.Reply = &reply
 	}
 	if r.Saved, err = takeover.Load(s.journal()); err != nil {
 		return nil, err
@@ -82,6 +102,7 @@ func (s connState) resumable() bool {
 // unmounted, or aborted), and no successor may take it over.
 func (s connState) forget() {
 	os.Remove(filepath.Join(s.dir, initFile))
+	os.Remove(filepath.Join(s.dir, replyFile))
 	os.Remove(s.journal())
 }
 
@@ -103,7 +124,7 @@ func (m *mounter) serveTakeable(fd int) (*fuse.Server, error) {
 		return nil, err
 	}
 	m.tfs = tfs
-	if err := m.state.saveInit(srv.KernelSettings()); err != nil {
+	if err := m.state.saveInit(srv.KernelSettings(), srv.InitReply()); err != nil {
 		// Serve anyway: the mount works, only a crash will cost more.
 		m.cfg.Logger.Error("a successor will not be able to take this connection over", "err", err)
 	}

@@ -161,7 +161,7 @@ func (server *protocolServer) negotiateInit(input *InitIn, out *InitOut) Status 
 	if out.Minor > input.Minor {
 		out.Minor = input.Minor
 	}
-
+	server.initReply = *out
 	return OK
 }
 

@@ -21,6 +21,9 @@ type protocolServer struct {
 	connectionDead bool
 
 	kernelSettings InitIn
+	// initReply is the INIT reply sent, or with ResumeInit the one that
+	// would have been (Server.InitReply).
+	initReply InitOut
 
 	// If set, handleRequest does not flatten withReadv results
 	// with Bytes(), but leaves them in req.readResult, so

@@ -654,6 +654,13 @@ func (ms *Server) ResendNotify() Status {
 	return ms.notifyWrite(newNotifyRequest(_OP_NOTIFY_RESEND))
 }
 
+// InitReply is the INIT reply this server sent the kernel, or, serving
+// with MountOptions.ResumeInit, the one it would have sent. The kernel
+// keeps the terms of the reply it got (maximum write and readahead,
+// capabilities): a successor whose reply differs from its predecessor's
+// must not serve the connection.
+func (ms *Server) InitReply() InitOut { return ms.protocolServer.initReply }
+
 // Outstanding is the number of requests read from the kernel whose
 // handling has not ended: not yet answered, or, for those the kernel
 // wants no answer to, not yet done. A server handing its connection
