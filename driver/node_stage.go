@@ -173,7 +173,7 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 	if err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", st.VolumeID, err)
 	}
-	_, err = handoff.Call(wctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup}, fd)
+	_, err = handoff.Call(wctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup, Kept: n.keeper != nil}, fd)
 	if err != nil {
 		closeFD(fd)
 		n.mounts.UnmountAll(mnt)

@@ -133,7 +133,7 @@ func (n *nodeServer) takeOver(ctx context.Context, st *stagedVolume, socket stri
 	defer closeFD(fd) // the mounter has its own once it answers
 	cctx, cancel := context.WithTimeout(ctx, n.mounterWait)
 	defer cancel()
-	rep, err := handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup, TakeOver: true}, fd)
+	rep, err := handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup, TakeOver: true, Kept: true}, fd)
 	if err == nil && !rep.Serving {
 		err = errors.New("the mounter answered but does not serve")
 	}

@@ -152,7 +152,7 @@ func hand(t *testing.T, sock string, fd int, takeOver bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := handoff.Call(context.Background(), sock, handoff.Request{Op: handoff.OpServe, TakeOver: takeOver}, dup)
+	rep, err := handoff.Call(context.Background(), sock, handoff.Request{Op: handoff.OpServe, TakeOver: takeOver, Kept: true}, dup)
 	syscall.Close(dup)
 	if err != nil || !rep.Serving {
 		t.Fatalf("serve (takeOver %v): %+v %v", takeOver, rep, err)
@@ -544,4 +544,23 @@ func TestTakeoverRefusesOtherFUSETerms(t *testing.T) {
 	if msg := fmt.Sprint(err, rep.Error); !strings.Contains(msg, "FUSE terms differ") {
 		t.Fatalf("refused with %q, want it to say the FUSE terms differ", msg)
 	}
+}
+
+// TestNoHandOverWithoutAKeptConnection: a mounter served by a node
+// plugin that keeps no copy of the connection refuses to hand over, now
+// or at a signal: exiting would end the connection.
+func TestNoHandOverWithoutAKeptConnection(t *testing.T) {
+	srv := miniotest.Start(t)
+	m := startHandoff(t, srv, "--staging-dir", t.TempDir())
+	m.serve(t) // as a node plugin run with --mount-takeover=false
+	for _, atSignal := range []bool{true, false} {
+		rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpHandOver, AtSignal: atSignal}, -1)
+		if err == nil || !strings.Contains(rep.Error, "keeps no copy of the connection") {
+			t.Fatalf("hand over (at signal %v) without a kept connection: %+v, %v; want a refusal saying why", atSignal, rep, err)
+		}
+	}
+	if rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpStatus}, -1); err != nil || !rep.Serving {
+		t.Fatalf("after the refusals the mounter does not serve: %+v, %v", rep, err)
+	}
+	m.release(t)
 }

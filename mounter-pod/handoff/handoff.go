@@ -68,6 +68,10 @@ type Request struct {
 	// earlier mounter of this volume served (it died, or handed over):
 	// resume it from the state that mounter saved, without INIT.
 	TakeOver bool `json:"takeOver,omitempty"`
+	// Kept, with OpServe: the node plugin keeps a duplicate of the handle,
+	// so the connection outlives this mounter. Without it a mounter does
+	// not hand over (OpHandOver): exiting would end the connection.
+	Kept bool `json:"kept,omitempty"`
 	// AtSignal, with OpHandOver: hand over at the next SIGTERM rather
 	// than now. An upgrade arms the mounter so, then changes its pod's
 	// image: kubelet stops the container (SIGTERM) and starts the new

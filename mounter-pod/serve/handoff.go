@@ -142,9 +142,12 @@ type mounter struct {
 	tfs *takeover.FS // nil without cfg.Takeover
 	// handOverArmed: hand over at the next signal (OpHandOver AtSignal).
 	handOverArmed atomic.Bool
-	done          chan struct{}
-	released      bool
-	served        servedHandle // for OpLend (lend.go)
+	// kept: the node plugin keeps a duplicate of the served handle
+	// (Request.Kept, or it borrowed one: OpLend).
+	kept     atomic.Bool
+	done     chan struct{}
+	released bool
+	served   servedHandle // for OpLend (lend.go)
 }
 
 func (m *mounter) wasReleased() bool {
@@ -247,6 +250,7 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 			syscall.Close(fd)
 			return handoff.Reply{Error: err.Error(), Source: src}
 		}
+		m.kept.Store(req.Kept)
 		return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
 	case handoff.OpLend:
 		return m.lend(fd)

@@ -79,6 +79,7 @@ func (m *mounter) lend(fd int) handoff.Reply {
 	case !ok:
 		return handoff.Reply{Error: "lend: the served handle was not kept", Source: src}
 	}
+	m.kept.Store(true)
 	m.cfg.Logger.Info("lent the served FUSE handle to the node plugin", "source", src)
 	return handoff.Reply{OK: true, Serving: true, Source: src, Lent: dup}
 }

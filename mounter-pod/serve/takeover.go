@@ -176,6 +176,9 @@ func (m *mounter) handOver() handoff.Reply {
 	if tfs == nil || !tfs.Takeable() {
 		return handoff.Reply{Error: "nothing to hand over: not serving a connection a successor can take over", Source: src}
 	}
+	if !m.kept.Load() {
+		return handoff.Reply{Error: "not handing over: the node plugin keeps no copy of the connection (run with --mount-takeover, or restarted and not yet borrowed one), so it would end with this mounter", Source: src}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.drainTimeout())
 	defer cancel()
 	start := time.Now()
@@ -202,6 +205,9 @@ func (m *mounter) armHandOver() handoff.Reply {
 	m.mu.Unlock()
 	if tfs == nil || !tfs.Takeable() {
 		return handoff.Reply{Error: "nothing to hand over: not serving a connection a successor can take over", Source: src}
+	}
+	if !m.kept.Load() {
+		return handoff.Reply{Error: "not handing over: the node plugin keeps no copy of the connection (run with --mount-takeover, or restarted and not yet borrowed one), so it would end with this mounter", Source: src}
 	}
 	m.handOverArmed.Store(true)
 	m.cfg.Logger.Info("armed: the next SIGTERM hands the connection over to the container that replaces this one")
