@@ -270,7 +270,7 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 		// From the store, so stored: an open of it is not a local file.
 		f := &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true}
 		if n.fsys.pagesFromPredecessor {
-			f.cachedETag = a.etag
+			f.cachedETag, f.predecessorPages = a.etag, true
 		}
 		node = f
 	}

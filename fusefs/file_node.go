@@ -40,6 +40,10 @@ type fileNode struct {
 	kernelSize int64
 	// dropping: the kernel is being told to drop its pages of the file.
 	dropping bool
+	// predecessorPages: the kernel's pages may be a predecessor's, kept
+	// (FS.pagesFromPredecessor) until the first open has the kernel ask
+	// for the attributes again.
+	predecessorPages bool
 	// own are the versions this mount made of the file.
 	own ownVersions
 	// replacedElsewhere counts the times a lookup or stat found the
@@ -354,7 +358,15 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 		n.handles = map[*handle]struct{}{}
 	}
 	n.handles[h] = struct{}{}
-	if !n.local() && n.kernelSize != n.attr.size {
+	if n.predecessorPages {
+		// The kept pages may hold writes a dead predecessor never
+		// uploaded, or another client's change may have replaced the
+		// file meanwhile. Told to ask for the attributes again, the
+		// kernel drops its pages itself when they differ from what it
+		// had, and only while no write is under way.
+		n.predecessorPages = false
+		n.NotifyContent(-1, 0)
+	} else if !n.local() && n.kernelSize != n.attr.size {
 		// The kernel has the size of another version (held for handles
 		// reading it, or told before another client replaced it): the
 		// new handle reads the store's, and must not stop at the old

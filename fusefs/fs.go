@@ -51,8 +51,9 @@ type FS struct {
 	// served, the store's (it uploaded what it acknowledged; writes it
 	// did not are its writers' EIO). A first open keeps them: having the
 	// kernel drop them could lose a write already in them
-	// (pagesCurrentLocked). Attributes of another version the kernel is
-	// told have it drop them itself, once no write is under way.
+	// (pagesCurrentLocked). It has the kernel ask for the attributes
+	// again instead: those of another version than its pages have it drop
+	// them itself, once no write is under way.
 	pagesFromPredecessor bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64

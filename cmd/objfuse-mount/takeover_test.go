@@ -564,3 +564,36 @@ func TestNoHandOverWithoutAKeptConnection(t *testing.T) {
 	}
 	m.release(t)
 }
+
+// TestHandOverSeesAFileReplacedMeanwhile: the kernel has a file's pages
+// and attributes (for a minute: --stat-ttl); while the connection is
+// handed over, another client replaces the file by one of the same size
+// and another mtime. A read through the successor is the new content,
+// not the kernel's old pages (which the successor keeps for files it
+// finds unchanged).
+func TestHandOverSeesAFileReplacedMeanwhile(t *testing.T) {
+	ttl := []string{"--stat-ttl", "1m"}
+	srv, staging, m, fd := servedMount(t, ttl...)
+	put := func(body, mtime string) {
+		if _, err := srv.Client().PutObject(context.Background(), m.bucket, "same", strings.NewReader(body), int64(len(body)),
+			minio.PutObjectOptions{UserMetadata: map[string]string{"mtime": mtime}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("old content\n", "1000000000")
+	name := filepath.Join(m.mnt, "same")
+	if b, err := os.ReadFile(name); err != nil || string(b) != "old content\n" {
+		t.Fatalf("before: %q, %v", b, err)
+	}
+	if _, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpHandOver}, -1); err != nil {
+		t.Fatal(err)
+	}
+	<-m.exited
+	put("new content\n", "2000000000")
+	m = restartHandoff(t, m, srv, append([]string{"--staging-dir", staging}, ttl...)...)
+	hand(t, m.sock, fd, true)
+	if b, err := os.ReadFile(name); err != nil || string(b) != "new content\n" {
+		t.Fatalf("after the hand-over: %q, %v; want the content now in S3", b, err)
+	}
+	m.release(t)
+}
