@@ -39,8 +39,11 @@ func (t *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 	return st
 }
 
+// Forget passes the hand-over gate: the kernel never resends a FORGET
+// (it wants no answer), so one held would be lost, and the successor
+// would keep the node for the connection's life. Its record is what
+// matters here, and it needs no answer written.
 func (t *FS) Forget(id, nlookup uint64) {
-	defer t.op()()
 	if inner, n := t.forget(id, nlookup); n > 0 {
 		t.inner.Forget(inner, n)
 	}

@@ -147,3 +147,29 @@ func TestARenameOverANameBeingRevivedWaits(t *testing.T) {
 		t.Errorf("after the rename over it, the old f is at %+v, want no name", place)
 	}
 }
+
+// A FORGET during a hand-over is not held (the kernel never resends
+// one): the journal the successor loads has the node forgotten.
+func TestAForgetDuringAHandOverIsJournaled(t *testing.T) {
+	tr := newTree()
+	tr.add(1, "a", syscall.S_IFREG)
+	tfs, _ := serve(t, tr, nil)
+	a := lookup(t, tfs, rootID, "a").NodeId
+	if err := tfs.HandOver(context.Background(), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { tfs.Forget(a, 1); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a FORGET during a hand-over is held")
+	}
+	saved, err := Load(tfs.journal.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := saved.Nodes[a]; ok {
+		t.Error("the successor's journal still has the node the kernel forgot during the hand-over")
+	}
+}
