@@ -168,7 +168,9 @@ func newResumeFS(opsPath, marker string) *resumeFS {
 	return &resumeFS{RawFileSystem: NewDefaultRawFileSystem(), opsPath: opsPath, marker: marker}
 }
 
-func (f *resumeFS) record(op string, unique uint64, arg string) {
+// record appends op to the ops file with the request's unique and the
+// calling thread (the header's pid is the caller's thread id).
+func (f *resumeFS) record(op string, h *InHeader, arg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	file, err := os.OpenFile(f.opsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -177,7 +179,7 @@ func (f *resumeFS) record(op string, unique uint64, arg string) {
 		return
 	}
 	defer file.Close()
-	fmt.Fprintf(file, "%s %#x %s\n", op, unique, arg)
+	fmt.Fprintf(file, "%s %#x %s %d\n", op, h.Unique, arg, h.Caller.Pid)
 }
 
 func resumeAttr(ino uint64, out *Attr) bool {
@@ -196,7 +198,7 @@ func resumeAttr(ino uint64, out *Attr) bool {
 }
 
 func (f *resumeFS) Lookup(cancel <-chan struct{}, header *InHeader, name string, out *EntryOut) Status {
-	f.record("LOOKUP", header.Unique, name)
+	f.record("LOOKUP", header, name)
 	ino := map[string]uint64{"slow": resumeSlowIno, "file": resumeFileIno}[name]
 	if header.NodeId != FUSE_ROOT_ID || ino == 0 {
 		return ENOENT
@@ -226,12 +228,12 @@ func (f *resumeFS) Open(cancel <-chan struct{}, in *OpenIn, out *OpenOut) Status
 }
 
 func (f *resumeFS) Read(cancel <-chan struct{}, in *ReadIn, buf []byte) (ReadResult, Status) {
-	f.record("READ", in.Unique, strconv.FormatUint(in.NodeId, 10))
+	f.record("READ", &in.InHeader, strconv.FormatUint(in.NodeId, 10))
 	data := resumeFileData
 	if in.NodeId == resumeSlowIno {
 		data = resumeSlowData
 		if err := waitForFile(f.marker, cancel); err != nil {
-			f.record("INTERRUPTED", in.Unique, strconv.FormatUint(in.NodeId, 10))
+			f.record("INTERRUPTED", &in.InHeader, strconv.FormatUint(in.NodeId, 10))
 			return nil, EINTR
 		}
 	}
@@ -381,6 +383,7 @@ type resumeOp struct {
 	op     string
 	unique uint64
 	arg    string
+	tid    int // the calling thread
 }
 
 // ops returns the requests the named child recorded so far.
@@ -396,14 +399,18 @@ func (m *resumeMount) ops(t *testing.T, name string) []resumeOp {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
+		if len(f) != 4 {
 			t.Fatalf("bad op line %q of %s", sc.Text(), name)
 		}
 		u, err := strconv.ParseUint(f[1], 0, 64)
 		if err != nil {
 			t.Fatalf("bad unique in %q of %s: %v", sc.Text(), name, err)
 		}
-		ops = append(ops, resumeOp{f[0], u, f[2]})
+		tid, err := strconv.Atoi(f[3])
+		if err != nil {
+			t.Fatalf("bad thread id in %q of %s: %v", sc.Text(), name, err)
+		}
+		ops = append(ops, resumeOp{f[0], u, f[2], tid})
 	}
 	return ops
 }
@@ -521,8 +528,10 @@ func TestResumeTakeover(t *testing.T) {
 	// The kernel interrupts the resent request by its new unique:
 	// a signal to the caller (SIGURG, which Go ignores) makes it
 	// send INTERRUPT, go-fuse cancels the READ, the caller's read
-	// fails with EINTR and Go reads again, in a fresh request.
-	if err := reader.Signal(syscall.SIGURG); err != nil {
+	// fails with EINTR and Go reads again, in a fresh request. The
+	// signal goes to the thread blocked in read(2): one sent to the
+	// process may be taken by another thread, and the read waits on.
+	if err := syscall.Tgkill(reader.Pid, resent.tid, syscall.SIGURG); err != nil {
 		t.Fatalf("signalling the reader: %v", err)
 	}
 	if intr := m.waitOp(t, "second", "INTERRUPTED", strconv.Itoa(resumeSlowIno)); intr.unique != resent.unique {
