@@ -76,6 +76,15 @@ type node struct {
 	// count is the lookups this FS holds on the inner node for it; the
 	// kernel's FORGET gives back at most that many.
 	count uint64
+	// adopted: a lookup reply gave the kernel a predecessor's id again
+	// (adopt), so the kernel's count for it holds lookups this process
+	// cannot count, and a FORGET cannot tell whether it ends the inode
+	// the kernel makes of this reply or the one it made of the
+	// predecessor's and is evicting now (a dentry of the old epoch
+	// dropped as the name is looked up again): the two cross. The node
+	// is kept for the connection's life, holding one inner lookup, so
+	// the id is never unknown while the kernel may hold it.
+	adopted bool
 	SavedNode
 }
 
@@ -360,7 +369,7 @@ func (t *FS) adopt(parent uint64, name string, out *fuse.EntryOut, made bool) (u
 	if !ok || saved.Type != out.Mode&syscall.S_IFMT {
 		return 0, false
 	}
-	t.nodes[id] = &node{inner: out.NodeId, count: 1, SavedNode: saved}
+	t.nodes[id] = &node{inner: out.NodeId, count: 1, adopted: true, SavedNode: saved}
 	t.byInner[out.NodeId] = id
 	delete(t.old.Nodes, id)
 	t.stats.RevivedNodes.Add(1)
@@ -436,6 +445,9 @@ func (t *FS) forget(id, nlookup uint64) (inner, count uint64) {
 	// A revived node's count holds only this process's lookups; the
 	// kernel's includes its predecessors'.
 	count = min(nlookup, n.count)
+	if n.adopted {
+		count = min(nlookup, n.count-1)
+	}
 	n.count -= count
 	if n.count == 0 && id != rootID {
 		delete(t.nodes, id)

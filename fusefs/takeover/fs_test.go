@@ -233,6 +233,26 @@ func TestReviveNodeByName(t *testing.T) {
 	}
 }
 
+// After a crash the kernel looks every name up again (a new epoch), and
+// drops the old dentry as it does: the FORGET of the predecessor's inode
+// can reach the successor after the LOOKUP that gave the kernel the same
+// id again, while the kernel makes a new inode of that reply. The id
+// must stay known: the next request on it is the new inode's.
+func TestAForgetCrossingAnAdoptingLookupKeepsTheID(t *testing.T) {
+	p := runPredecessor(t)
+	tfs, _ := serve(t, p.tr, p.saved)
+	if id := lookup(t, tfs, rootID, "d").NodeId; id != p.d {
+		t.Fatalf("lookup of d gave node id %d, want the predecessor's %d", id, p.d)
+	}
+	tfs.Forget(p.d, 1) // the predecessor's one lookup, from the evicted inode
+	if _, st := getattr(tfs, p.d); !st.Ok() {
+		t.Fatalf("getattr of the adopted node after the old inode's FORGET: %v", st)
+	}
+	if id := lookup(t, tfs, p.d, "f").NodeId; id != p.f {
+		t.Errorf("lookup of d/f gave node id %d, want the predecessor's %d", id, p.f)
+	}
+}
+
 // A clean handle is opened again as it was, less O_CREAT, O_EXCL and
 // O_TRUNC: the file exists now and holds what was flushed.
 func TestReviveCleanHandle(t *testing.T) {
@@ -513,8 +533,11 @@ func TestRenameBeforeRevival(t *testing.T) {
 	_, st = getattr(tfs, 8)
 	wantStatus(t, "node 8 after its name came to hold a file", st, fuse.Status(syscall.ESTALE))
 	tfs.Forget(7, 100)
-	if held := inner.held(); len(held) != 4 { // b (node 5), the new a and u, t; not k, nor t's lookup for 8
-		t.Errorf("the inner filesystem holds %v, want 4 nodes", held)
+	// b (node 5), the new a and u, t, and k: adopted, it keeps one
+	// lookup for the connection's life (a FORGET of an adopted id may be
+	// the predecessor's inode's); not t's lookup for 8.
+	if held := inner.held(); len(held) != 5 || held[inner.idOf[tr.names[childKey{1, "k"}]]] != 1 {
+		t.Errorf("the inner filesystem holds %v, want 5 nodes, k's once", held)
 	}
 }
 
@@ -620,10 +643,22 @@ func TestConcurrentRevival(t *testing.T) {
 	for _, id := range oldDirs {
 		tfs.Forget(id, kernel[id])
 	}
-	if held := inner.held(); len(held) != 0 || len(inner.fhs) != 0 {
-		t.Errorf("after the kernel forgot and released everything, the inner filesystem holds lookups %v and %d handles", held, len(inner.fhs))
+	// What is left is the adopted nodes (a lookup gave the kernel a
+	// predecessor's id again), one inner lookup each: kept on purpose
+	// (TestAForgetCrossingAnAdoptingLookupKeepsTheID).
+	adopted := map[uint64]uint64{}
+	for id, n := range tfs.nodes {
+		if id != rootID {
+			if !n.adopted || n.count != 1 {
+				t.Errorf("node %d (adopted %v) holds %d lookups after the kernel forgot everything", id, n.adopted, n.count)
+			}
+			adopted[n.inner] = 1
+		}
 	}
-	if len(tfs.nodes) != 1 || len(tfs.handles) != 0 || len(tfs.old.Nodes) != 0 || len(tfs.old.Handles) != 0 || len(tfs.children) != 0 {
+	if held := inner.held(); !reflect.DeepEqual(held, adopted) || len(inner.fhs) != 0 {
+		t.Errorf("after the kernel forgot and released everything, the inner filesystem holds lookups %v and %d handles; want those of the adopted nodes, %v", held, len(inner.fhs), adopted)
+	}
+	if len(tfs.handles) != 0 || len(tfs.old.Nodes) != 0 || len(tfs.old.Handles) != 0 || len(tfs.children) != len(adopted) {
 		t.Errorf("tables left: %d nodes, %d handles, %d old nodes, %d old handles, %d children",
 			len(tfs.nodes), len(tfs.handles), len(tfs.old.Nodes), len(tfs.old.Handles), len(tfs.children))
 	}
