@@ -32,6 +32,13 @@ func (c *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q: %v", req.GetVolumeId(), err)
 	}
+	m := spec.Mounter{
+		VolumeID: req.GetVolumeId(), NodeID: req.GetNodeId(), Volume: v,
+		ReadOnly: req.GetReadonly() || readOnlyMode(req.GetVolumeCapability()),
+	}
+	if err := lifecycle.OwnSecretNeeded(m, len(req.GetSecrets()) > 0); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+	}
 	if err := c.checkExists(ctx, v.ID, req.GetSecrets(), req.GetVolumeId()); err != nil {
 		return nil, err
 	}
@@ -46,10 +53,6 @@ func (c *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err != nil {
 		return nil, err
 	}
-	m := spec.Mounter{
-		VolumeID: req.GetVolumeId(), NodeID: req.GetNodeId(), Volume: v,
-		ReadOnly: req.GetReadonly() || readOnlyMode(req.GetVolumeCapability()),
-	}
 	// One pair's publish and unpublish run one at a time, whatever the
 	// launcher (lifecycle.Kube also keeps its passes out of them).
 	defer c.locks.lock("publish/" + m.Key())()
@@ -57,8 +60,10 @@ func (c *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	switch {
 	case errors.Is(err, lifecycle.ErrIncompatible):
 		return nil, status.Errorf(codes.AlreadyExists, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
-	case errors.Is(err, lifecycle.ErrFailed), errors.Is(err, spec.ErrUnfit):
+	case errors.Is(err, lifecycle.ErrFailed), errors.Is(err, spec.ErrUnfit), errors.Is(err, lifecycle.ErrNamespaceNotAllowed):
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
+	case errors.Is(err, lifecycle.ErrRefused):
+		return nil, status.Errorf(codes.ResourceExhausted, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
 	case errors.Is(err, lifecycle.ErrNotReady):
 		return nil, status.Errorf(codes.DeadlineExceeded, "volume %q on node %q: %v", req.GetVolumeId(), req.GetNodeId(), err)
 	case err != nil:

@@ -25,6 +25,9 @@ type controllerServer struct {
 	launcher lifecycle.Launcher
 	locks    keyLocks // "create/<name>" and "publish/<mounter key>"
 	log      *slog.Logger
+	// namespaces are where mounters may run: CreateVolume refuses a
+	// volume whose mounters could not.
+	namespaces lifecycle.Namespaces
 }
 
 var _ csi.ControllerServer = (*controllerServer)(nil)

@@ -13,6 +13,7 @@ import (
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -58,8 +59,14 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	p, err := volume.ParseParams(req.GetParameters(), c.s3.defaults)
+	if err == nil {
+		err = p.ResolveMounterNamespace(req.GetParameters()[volume.ParamPVCNamespace])
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "StorageClass %v", err)
+	}
+	if _, err := c.namespaces.Of(spec.Mounter{VolumeID: name, Volume: volume.Volume{Mounter: p.Mounter}}); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
 	}
 	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.ProvisionerSecret)
 	if err != nil {

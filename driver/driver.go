@@ -66,6 +66,9 @@ type Options struct {
 	KubeClient kubernetes.Interface
 	// Namespace is where mounter pods run.
 	Namespace string
+	// PVCNamespaces are where else they may: the namespaces of PVCs
+	// whose StorageClass says mounterNamespace: pvc (controller mode).
+	PVCNamespaces []string
 
 	// KubeletDir is kubelet's root directory; mounter sockets live in pod
 	// directories under it (node mode).
@@ -164,7 +167,8 @@ func New(opts Options) (*Driver, error) {
 	s3 := &s3Admins{defaults: opts.S3Defaults, creds: opts.Credentials()}
 	d.identity = &identityServer{name: opts.Name, version: opts.Version, controller: opts.serves(ModeController), s3: s3, log: d.log}
 	if opts.serves(ModeController) {
-		d.controller = &controllerServer{s3: s3, launcher: opts.Launcher, log: d.log}
+		d.controller = &controllerServer{s3: s3, launcher: opts.Launcher, log: d.log,
+			namespaces: lifecycle.Namespaces{Driver: opts.Namespace, PVC: opts.PVCNamespaces}}
 		d.metrics.reg.MustRegister(opts.Launcher)
 	}
 	if opts.serves(ModeNode) {

@@ -262,7 +262,7 @@ func (n *nodeServer) findReplacedMounter(ctx context.Context, st *stagedVolume) 
 	if n.finder == nil {
 		return false
 	}
-	uid, err := n.finder.PodUID(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: n.nodeID})
+	uid, err := n.finder.PodUID(ctx, st.mounter(n.nodeID))
 	if err != nil {
 		n.log.Warn("look for a replaced mounter pod", "volume", st.VolumeID, "err", err)
 	}

@@ -61,7 +61,8 @@ func (n *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 
 	st := &stagedVolume{
 		VolumeID: req.GetVolumeId(), Source: "objfuse:" + v.Source(), MounterUID: uid,
-		ReadOnly: readOnlyMode(req.GetVolumeCapability()), MountGroup: group,
+		MounterNamespace: v.Mounter.Namespace,
+		ReadOnly:         readOnlyMode(req.GetVolumeCapability()), MountGroup: group,
 		Staging: req.GetStagingTargetPath(), Targets: map[string]bool{},
 	}
 	if old, err := n.state.load(st.VolumeID); err == nil {

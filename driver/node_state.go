@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/objfuse/objfuse/mounter-pod/spec"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -19,13 +20,16 @@ import (
 // reconcile loop can rebuild its mounts after the mounter restarts, even
 // after the node plugin itself restarted.
 type stagedVolume struct {
-	VolumeID   string          `json:"volumeID"`
-	Source     string          `json:"source"` // objfuse:bucket[/prefix]
-	MounterUID string          `json:"mounterUID"`
-	ReadOnly   bool            `json:"readOnly"`
-	MountGroup *uint32         `json:"mountGroup,omitempty"`
-	Staging    string          `json:"staging"`
-	Targets    map[string]bool `json:"targets"` // path → read-only
+	VolumeID   string `json:"volumeID"`
+	Source     string `json:"source"` // objfuse:bucket[/prefix]
+	MounterUID string `json:"mounterUID"`
+	// MounterNamespace is where the mounter pod runs when not in the
+	// driver's namespace (volume.ParamMounterNamespace).
+	MounterNamespace string          `json:"mounterNamespace,omitempty"`
+	ReadOnly         bool            `json:"readOnly"`
+	MountGroup       *uint32         `json:"mountGroup,omitempty"`
+	Staging          string          `json:"staging"`
+	Targets          map[string]bool `json:"targets"` // path → read-only
 	// Pods are the pods the targets were published for, by target, as
 	// kubelet told (podInfoOnMount): where the node's Events go.
 	Pods map[string]podRef `json:"pods,omitempty"`
@@ -35,6 +39,11 @@ type stagedVolume struct {
 	ToldLostUploads int64 `json:"toldLostUploads,omitempty"`
 	// ToldConflicts is the same for the mounter's write conflicts.
 	ToldConflicts int64 `json:"toldConflicts,omitempty"`
+}
+
+// mounter is the volume's mounter on nodeID, for finding its pod.
+func (st *stagedVolume) mounter(nodeID string) spec.Mounter {
+	return spec.MounterIn(st.VolumeID, nodeID, st.MounterNamespace)
 }
 
 // podRef names a pod, for an Event about it.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
-	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
 // A node plugin of a new objfuse (helm upgrade rolls the DaemonSet node
@@ -191,7 +190,7 @@ func (u *mounterUpgrades) note(ctx context.Context, st *stagedVolume, nodeID str
 	if ok && time.Now().Before(note.retryAt) {
 		return note, nil
 	}
-	c, found, err := u.pods.Container(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: nodeID})
+	c, found, err := u.pods.Container(ctx, st.mounter(nodeID))
 	if err != nil || !found || c.PodUID != st.MounterUID {
 		// Not the pod the node serves through (replaced meanwhile): the
 		// repair finds the new one first.
@@ -206,7 +205,7 @@ func (u *mounterUpgrades) note(ctx context.Context, st *stagedVolume, nodeID str
 // hand over is the one running now.
 func (n *nodeServer) startUpgrade(ctx context.Context, st *stagedVolume, socket string, note upgradeNote) error {
 	u := n.upgrades
-	m := spec.Mounter{VolumeID: st.VolumeID, NodeID: n.nodeID}
+	m := st.mounter(n.nodeID)
 	c, found, err := u.pods.Container(ctx, m)
 	switch {
 	case err != nil:
@@ -243,7 +242,7 @@ func (n *nodeServer) followUpgrade(ctx context.Context) {
 	if err != nil {
 		p.gone = true
 	} else {
-		c, found, err := u.pods.Container(ctx, spec.Mounter{VolumeID: st.VolumeID, NodeID: n.nodeID})
+		c, found, err := u.pods.Container(ctx, st.mounter(n.nodeID))
 		p.gone = err == nil && !found
 		p.newContainer = found && c.ContainerID != "" && c.ContainerID != run.containerID
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -30,6 +30,9 @@ func (v Volume) Context() map[string]string {
 	if v.Mounter.CPURequest != "" {
 		ctx[ParamMounterCPURequest] = v.Mounter.CPURequest
 	}
+	if v.Mounter.Namespace != "" {
+		ctx[ParamMounterNamespace] = v.Mounter.Namespace
+	}
 	return ctx
 }
 
@@ -54,6 +57,10 @@ func FromContext(volumeID string, ctx map[string]string, def Defaults) (Volume, 
 	p, err := ParseParams(ctx, def)
 	if err != nil {
 		return Volume{}, err
+	}
+	if ns := p.Mounter.Namespace; ns == MounterNamespacePVC || ns == MounterNamespaceDriver {
+		return Volume{}, &ParseError{Param: ParamMounterNamespace, Value: ns,
+			Reason: "in a volume's attributes it names the namespace the mounters run in; " + MounterNamespacePVC + " and " + MounterNamespaceDriver + " are a StorageClass's values (leave it out for the driver's namespace)"}
 	}
 	return Volume{ID: ID{S3: p.S3, Bucket: p.SharedBucket, Prefix: p.BasePrefix}, Mount: p.Mount, Mounter: p.Mounter}, nil
 }

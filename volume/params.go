@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Parameter names, the same in a StorageClass's parameters, a static PV's
@@ -50,7 +52,25 @@ const (
 	// Mounter pod resources, overriding the driver's mounter template.
 	ParamMounterMemoryLimit = "mounterMemoryLimit"
 	ParamMounterCPURequest  = "mounterCPURequest"
+	// ParamMounterNamespace is where a volume's mounter pods run. In a
+	// StorageClass: MounterNamespaceDriver (the default) or
+	// MounterNamespacePVC. In a volume context: the namespace itself
+	// (CreateVolume writes it there; absent, the driver's).
+	ParamMounterNamespace = "mounterNamespace"
 )
+
+// Values of ParamMounterNamespace in a StorageClass.
+const (
+	MounterNamespaceDriver = "driver"
+	// MounterNamespacePVC runs the mounters in the PVC's namespace, so
+	// that its ResourceQuota and LimitRange count them; the driver's
+	// admin lists the namespaces that may (objfuse-csi --pvc-namespaces).
+	MounterNamespacePVC = "pvc"
+)
+
+// ParamPVCNamespace is the PVC's namespace in CreateVolume's parameters,
+// which csi-provisioner adds with --extra-create-metadata.
+const ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
 
 // reserved reports keys that Kubernetes and its sidecars add or consume
 // (secret references, PVC name and namespace, the provisioner's identity
@@ -80,10 +100,15 @@ type S3 struct {
 	PathStyle bool
 }
 
-// MounterResources override the mounter pod template's resources.
+// MounterResources override the mounter pod template's resources and
+// say where the pods run.
 type MounterResources struct {
 	MemoryLimit string // a Kubernetes quantity, e.g. "512Mi"
 	CPURequest  string
+	// Namespace is where the volume's mounter pods run: "" for the
+	// driver's. A StorageClass's value (pvc or driver) until
+	// ResolveMounterNamespace makes it a namespace.
+	Namespace string
 }
 
 // Defaults are the driver's own settings a StorageClass may leave out.
@@ -110,7 +135,7 @@ func (e *ParseError) Error() string {
 var known = func() map[string]bool {
 	k := map[string]bool{
 		ParamEndpoint: true, ParamRegion: true, ParamPathStyle: true, ParamBucket: true, ParamPrefix: true,
-		ParamMounterMemoryLimit: true, ParamMounterCPURequest: true,
+		ParamMounterMemoryLimit: true, ParamMounterCPURequest: true, ParamMounterNamespace: true,
 	}
 	for _, o := range MountOptionTable {
 		k[o.Param] = true
@@ -160,7 +185,12 @@ func ParseParams(in map[string]string, def Defaults) (Params, error) {
 	if p.Mount, err = ParseMountOptions(in); err != nil {
 		return Params{}, err
 	}
-	p.Mounter = MounterResources{MemoryLimit: in[ParamMounterMemoryLimit], CPURequest: in[ParamMounterCPURequest]}
+	p.Mounter = MounterResources{MemoryLimit: in[ParamMounterMemoryLimit], CPURequest: in[ParamMounterCPURequest], Namespace: in[ParamMounterNamespace]}
+	if ns := p.Mounter.Namespace; ns != "" {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return Params{}, &ParseError{Param: ParamMounterNamespace, Value: ns, Reason: strings.Join(errs, "; ")}
+		}
+	}
 	if err := validateQuantity(ParamMounterMemoryLimit, p.Mounter.MemoryLimit); err != nil {
 		return Params{}, err
 	}
@@ -232,3 +262,23 @@ func sortedKeys(m map[string]string) []string {
 // validRegion reports whether v can be a region name (and a field of an
 // id: no '|').
 func validRegion(v string) bool { return v != "" && !strings.ContainsAny(v, "|/ ") }
+
+// ResolveMounterNamespace turns a StorageClass's ParamMounterNamespace
+// into the namespace a new volume's mounters run in ("" for the
+// driver's), given the PVC's namespace (ParamPVCNamespace).
+func (p *Params) ResolveMounterNamespace(pvcNamespace string) error {
+	switch p.Mounter.Namespace {
+	case "", MounterNamespaceDriver:
+		p.Mounter.Namespace = ""
+	case MounterNamespacePVC:
+		if pvcNamespace == "" {
+			return &ParseError{Param: ParamMounterNamespace, Value: MounterNamespacePVC,
+				Reason: "the request does not say the PVC's namespace: run csi-provisioner with --extra-create-metadata"}
+		}
+		p.Mounter.Namespace = pvcNamespace
+	default:
+		return &ParseError{Param: ParamMounterNamespace, Value: p.Mounter.Namespace,
+			Reason: "want " + MounterNamespacePVC + " (the PVC's namespace) or " + MounterNamespaceDriver + " (the driver's, the default)"}
+	}
+	return nil
+}

@@ -63,6 +63,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.BoolVar(&o.MountTakeover, "mount-takeover", true, "keep each volume's FUSE connection so that it outlives its mounter and a restarted mounter takes it over (node mode); false: a mounter's death ends the connection and the node mounts the volume again")
 	fl.StringVar(&f.healthAddr, "health-addr", "", "serve /healthz and /metrics on this host:port")
 	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets")
+	pvcNamespaces := fl.String("pvc-namespaces", "", "comma-separated namespaces where volumes whose StorageClass says mounterNamespace: pvc may run their mounter pods (in their PVC's namespace); the driver needs rights there (the chart's mounter.pvcNamespaces)")
 	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template: the controller builds mounter pods from it; the node upgrades running mounters to its image")
 	fl.StringVar(&o.S3Defaults.Endpoint, "s3-endpoint", "", "default S3 endpoint for StorageClasses that name none; with --s3-credentials-dir it enables ListVolumes and Probe")
 	fl.StringVar(&o.S3Defaults.Region, "s3-region", "", "default S3 region")
@@ -74,7 +75,8 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.BoolVar(&f.register, "register", true, "register with kubelet through <kubelet-dir>/plugins_registry (node mode)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.BoolVar(&f.showVersion, "version", false, "print the version and exit")
-	if err := fl.Parse(args); err != nil {
+	err := fl.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	if f.showVersion {
@@ -82,6 +84,10 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if fl.NArg() != 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fl.Args())
+	}
+	o.PVCNamespaces, err = lifecycle.ParseNamespaces(*pvcNamespaces, f.namespace)
+	if err != nil {
+		return nil, fmt.Errorf("--pvc-namespaces: %w", err)
 	}
 	o.Mode = driver.Mode(*mode)
 	switch o.Mode {
@@ -153,7 +159,7 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 			return errors.New("the controller launches mounter pods: run it in a pod or pass --kubeconfig")
 		}
 		o.Launcher = lifecycle.NewKube(lifecycle.Config{
-			Client: kc, Namespace: f.namespace, Template: tmpl, Logger: log,
+			Client: kc, Namespace: f.namespace, PVCNamespaces: o.PVCNamespaces, Template: tmpl, Logger: log,
 			Driver: o.Name, Volumes: o.S3Defaults, Credentials: o.Credentials(),
 		})
 	}

@@ -27,3 +27,16 @@ func TestMountTakeoverIsOnByDefault(t *testing.T) {
 		}
 	}
 }
+
+// --pvc-namespaces lists namespaces, once each, not the driver's own.
+func TestPVCNamespacesFlag(t *testing.T) {
+	f, err := parse([]string{"--mode", "controller", "--pvc-namespaces", "team-a, team-b"}, io.Discard)
+	if err != nil || strings.Join(f.opts.PVCNamespaces, ",") != "team-a,team-b" {
+		t.Fatalf("two namespaces: %v, %v", f, err)
+	}
+	for _, bad := range []string{"team-a,team-a", "objfuse-system", "Team_A"} {
+		if _, err := parse([]string{"--mode", "controller", "--pvc-namespaces", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), "--pvc-namespaces") {
+			t.Errorf("--pvc-namespaces %q: %v, want an error naming the flag", bad, err)
+		}
+	}
+}

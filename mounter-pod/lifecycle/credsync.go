@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // credentialsSyncEvery is how often Run copies rotated
@@ -34,6 +35,7 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list persistent volumes: %w", err)
 	}
 	refs := map[string]*corev1.SecretReference{} // volume handle → its publish secret
+	mounterNS := map[string]string{}             // volume handle → where its mounters run
 	pvsOf := map[string][]*corev1.PersistentVolume{}
 	ambiguous := map[string]bool{}
 	for _, pv := range pvs {
@@ -41,11 +43,16 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 		if c == nil || c.Driver != k.Driver {
 			continue
 		}
+		ns := k.Namespace // also of a PV no mounter could be published for
+		if v, err := volume.FromContext(c.VolumeHandle, c.VolumeAttributes, k.Volumes); err == nil {
+			ns = spec.Mounter{Volume: v}.NamespaceOr(k.Namespace)
+		}
 		pvsOf[c.VolumeHandle] = append(pvsOf[c.VolumeHandle], pv)
-		if old, seen := refs[c.VolumeHandle]; seen && !sameRef(old, c.ControllerPublishSecretRef) {
+		if old, seen := refs[c.VolumeHandle]; seen && (!sameRef(old, c.ControllerPublishSecretRef) || mounterNS[c.VolumeHandle] != ns) {
 			ambiguous[c.VolumeHandle] = true
 		}
 		refs[c.VolumeHandle] = c.ControllerPublishSecretRef
+		mounterNS[c.VolumeHandle] = ns
 	}
 	for h := range ambiguous {
 		delete(refs, h)
@@ -59,16 +66,21 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 		why   string // when not ok
 	}
 	read := map[string]result{}
-	current := func(volumeID string) (map[string][]byte, bool) {
+	current := func(volumeID string) (map[string][]byte, string, bool) {
 		if ambiguous[volumeID] {
 			// Static PVs of one bucket with different secrets: which
 			// one published the mounter is not known here.
-			notSynced[volumeID] = "its PersistentVolumes name different Secrets (controllerPublishSecretRef), and which one its mounters were given is not known"
-			return nil, false
+			notSynced[volumeID] = "its PersistentVolumes name different Secrets (controllerPublishSecretRef) or mounter namespaces, and which its mounters were given is not known"
+			return nil, "", false
 		}
 		ref, known := refs[volumeID]
 		if !known {
-			return nil, false // not a PV of ours (yet, or any more)
+			return nil, "", false // not a PV of ours (yet, or any more)
+		}
+		ns := mounterNS[volumeID]
+		if err := OwnSecretNeeded(spec.MounterIn(volumeID, "", ns), ref != nil); err != nil {
+			notSynced[volumeID] = err.Error()
+			return nil, "", false
 		}
 		key := ""
 		if ref != nil {
@@ -95,7 +107,7 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 		case r.why != "":
 			notSynced[volumeID] = r.why
 		}
-		return r.creds, r.ok
+		return r.creds, ns, r.ok
 	}
 	n, err := k.refreshCredentials(ctx, current)
 	k.metrics.credentialUpdates.Add(float64(n))
@@ -185,12 +197,16 @@ func sameRef(a, b *corev1.SecretReference) bool {
 // copy into the running mounter's files, which it re-reads, so the
 // mount keeps working without a restart. Volumes current does not know
 // (ok false) are left alone.
-func (k *Kube) refreshCredentials(ctx context.Context, current func(volumeID string) (creds map[string][]byte, ok bool)) (int, error) {
+//
+// Where others may create pods and Secrets (a PVC's namespace), a pod
+// could claim another volume: credentials are written only into the
+// Secret owned by the pod of the mounter's name and labels, in the
+// namespace its volume's mounters run in (namespace).
+func (k *Kube) refreshCredentials(ctx context.Context, current func(volumeID string) (creds map[string][]byte, namespace string, ok bool)) (int, error) {
 	pods, err := k.mounterPods(ctx)
 	if err != nil {
 		return 0, err
 	}
-	secrets := k.Client.CoreV1().Secrets(k.Namespace)
 	n := 0
 	var errs []error // one Secret that fails must not hold up the others
 	for _, pod := range pods {
@@ -198,11 +214,11 @@ func (k *Kube) refreshCredentials(ctx context.Context, current func(volumeID str
 		if m.VolumeID == "" || pod.DeletionTimestamp != nil {
 			continue
 		}
-		want, ok := current(m.VolumeID)
-		if !ok {
+		want, ns, ok := current(m.VolumeID)
+		if !ok || pod.Namespace != ns || pod.Name != m.PodName() || pod.Labels[spec.LabelKey] != m.Key() {
 			continue
 		}
-		have, err := k.mounterSecret(ctx, m.SecretName())
+		have, err := k.mounterSecret(ctx, ns, m.SecretName())
 		if apierrors.IsNotFound(err) {
 			continue // being created or torn down by a publish call
 		}
@@ -210,11 +226,11 @@ func (k *Kube) refreshCredentials(ctx context.Context, current func(volumeID str
 			errs = append(errs, fmt.Errorf("get mounter secret %s: %w", m.SecretName(), err))
 			continue
 		}
-		if sameData(have.Data, want) {
+		if sameData(have.Data, want) || !ownedBy(have, pod) {
 			continue
 		}
 		have.Data = want
-		_, err = secrets.Update(ctx, have, metav1.UpdateOptions{})
+		_, err = k.Client.CoreV1().Secrets(ns).Update(ctx, have, metav1.UpdateOptions{})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			continue // a publish or unpublish got there first; next pass
 		}
@@ -226,6 +242,16 @@ func (k *Kube) refreshCredentials(ctx context.Context, current func(volumeID str
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// ownedBy says whether pod owns s (spec.Mounter.Secret).
+func ownedBy(s *corev1.Secret, pod *corev1.Pod) bool {
+	for _, o := range s.OwnerReferences {
+		if o.Kind == "Pod" && o.UID == pod.UID {
+			return true
+		}
+	}
+	return false
 }
 
 func sameData(a, b map[string][]byte) bool {

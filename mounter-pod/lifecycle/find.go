@@ -16,29 +16,45 @@ import (
 // pod that replaced (relaunch.go) the one ControllerPublishVolume named.
 // It reads pods, and changes a mounter's image in place (upgrade.go).
 type Finder struct {
-	Client    kubernetes.Interface
-	Namespace string // of the mounter pods
+	Client kubernetes.Interface
+	// Namespace is the driver's: where mounters run unless their volume
+	// says otherwise (spec.Mounter.NamespaceOr).
+	Namespace string
+}
+
+// pod gets m's mounter pod, nil when there is none. Outside the
+// driver's namespace, where others may create pods, a pod of the
+// mounter's name that the driver did not make is an error.
+func (f Finder) pod(ctx context.Context, m spec.Mounter) (*corev1.Pod, error) {
+	ns := m.NamespaceOr(f.Namespace)
+	pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get mounter pod %s/%s: %w", ns, m.PodName(), err)
+	}
+	if ns != f.Namespace {
+		if err := spec.Made(pod, m); err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", ns, pod.Name, err)
+		}
+	}
+	return pod, nil
 }
 
 // PodUID is the UID of m's live mounter pod, or "" when there is none.
 func (f Finder) PodUID(ctx context.Context, m spec.Mounter) (string, error) {
-	pod, err := f.Client.CoreV1().Pods(f.Namespace).Get(ctx, m.PodName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("get mounter pod %s: %w", m.PodName(), err)
-	}
-	if !alive(pod) || pod.Annotations[spec.AnnotationVolume] != m.VolumeID {
-		return "", nil
+	pod, err := f.pod(ctx, m)
+	if err != nil || pod == nil || !alive(pod) || pod.Annotations[spec.AnnotationVolume] != m.VolumeID {
+		return "", err
 	}
 	return string(pod.UID), nil
 }
 
 func (k *Kube) finder() Finder { return Finder{Client: k.Client, Namespace: k.Namespace} }
 
-// running lists the keys (spec.Mounter.Key) of the mounter pods that
-// are alive: not finished, and not being deleted.
+// running lists the mounter pods that are alive (not finished, and not
+// being deleted), by runningKey.
 func (k *Kube) running(ctx context.Context) (map[string]bool, error) {
 	pods, err := k.mounterPods(ctx)
 	if err != nil {
@@ -47,11 +63,15 @@ func (k *Kube) running(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, pod := range pods {
 		if alive(pod) {
-			out[pod.Labels[spec.LabelKey]] = true
+			out[runningKey(pod.Namespace, pod.Name)] = true
 		}
 	}
 	return out, nil
 }
+
+// runningKey names a pod by namespace and name: a pod in one namespace
+// never stands in for a mounter that runs in another.
+func runningKey(namespace, name string) string { return namespace + "/" + name }
 
 // alive says whether a pod may still serve: not finished, and not being
 // deleted (a pod that is gets replaced, not adopted).

@@ -24,7 +24,11 @@ import (
 type Config struct {
 	Client    kubernetes.Interface
 	Namespace string // of the mounter pods and their Secrets
-	Template  spec.Template
+	// PVCNamespaces are the other namespaces mounters may run in: those
+	// of PVCs whose StorageClass says mounterNamespace: pvc
+	// (namespaces.go).
+	PVCNamespaces []string
+	Template      spec.Template
 	// Driver is the CSI driver's name: the VolumeAttachments and
 	// PersistentVolumes that name it are the ones whose mounters Kube
 	// keeps.
@@ -172,28 +176,33 @@ func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
 		if err != nil {
 			return nil, err
 		}
-		return k.cache.pods.List(sel)
+		return k.cache.listPods(sel)
 	}
-	list, err := k.Client.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil, fmt.Errorf("list mounter pods: %w", err)
-	}
-	out := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
+	var out []*corev1.Pod
+	for _, ns := range k.namespaces() {
+		list, err := k.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if k.forbiddenElsewhere(ns, err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list mounter pods in %s: %w", ns, err)
+		}
+		for i := range list.Items {
+			out = append(out, &list.Items[i])
+		}
 	}
 	return out, nil
 }
 
 // mounterSecret gets a mounter's Secret, from the cache when there is
 // one, as a copy the caller may change.
-func (k *Kube) mounterSecret(ctx context.Context, name string) (*corev1.Secret, error) {
+func (k *Kube) mounterSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	if k.cache != nil {
-		s, err := k.cache.secrets.Get(name)
+		s, err := k.cache.secret(namespace, name)
 		if err != nil {
 			return nil, err
 		}
 		return s.DeepCopy(), nil
 	}
-	return k.Client.CoreV1().Secrets(k.Namespace).Get(ctx, name, metav1.GetOptions{})
+	return k.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }

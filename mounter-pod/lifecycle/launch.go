@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -30,12 +31,16 @@ func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	if hostname == "" {
 		hostname = node.Name
 	}
-	want, err := k.Template.Pod(m, k.Namespace, hostname)
+	ns, err := k.namespaceOf(m)
+	if err != nil {
+		return "", err
+	}
+	want, err := k.Template.Pod(m, ns, hostname)
 	if err != nil {
 		return "", err
 	}
 	want.OwnerReferences = k.attachmentOwner(ctx, m, node.Name)
-	pod, err := k.ensurePod(ctx, want)
+	pod, err := k.ensurePod(ctx, m, want)
 	if err != nil {
 		return "", err
 	}
@@ -47,13 +52,16 @@ func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 
 // ensurePod creates the pod, or adopts a live one of the same name. A pod
 // that has finished or is being deleted is replaced.
-func (k *Kube) ensurePod(ctx context.Context, want *corev1.Pod) (*corev1.Pod, error) {
-	pods := k.Client.CoreV1().Pods(k.Namespace)
+func (k *Kube) ensurePod(ctx context.Context, m spec.Mounter, want *corev1.Pod) (*corev1.Pod, error) {
+	pods := k.Client.CoreV1().Pods(want.Namespace)
 	for {
 		pod, err := pods.Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
 			k.Logger.Info("created mounter pod", "pod", pod.Name, "volume", want.Annotations[spec.AnnotationVolume], "node", want.Annotations[spec.AnnotationNode])
 			return pod, nil
+		}
+		if refusedByPolicy(err) {
+			return nil, fmt.Errorf("%w: namespace %s does not admit mounter pod %s: %v; raise its quota or limits, or lower the mounter's resources (StorageClass mounterMemoryLimit, mounterCPURequest)", ErrRefused, want.Namespace, want.Name, err)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create mounter pod %s: %w", want.Name, err)
@@ -65,20 +73,23 @@ func (k *Kube) ensurePod(ctx context.Context, want *corev1.Pod) (*corev1.Pod, er
 		if err != nil {
 			return nil, fmt.Errorf("get mounter pod %s: %w", want.Name, err)
 		}
+		if err := k.madeHere(pod, m); err != nil {
+			return nil, fmt.Errorf("%w: %v: delete pod %s/%s", ErrFailed, err, pod.Namespace, pod.Name)
+		}
 		if alive(pod) {
 			if pod.Annotations[spec.AnnotationReadOnly] != want.Annotations[spec.AnnotationReadOnly] {
 				return nil, fmt.Errorf("%w: mounter pod %s has read-only=%s", ErrIncompatible, pod.Name, pod.Annotations[spec.AnnotationReadOnly])
 			}
 			return k.adoptOwner(ctx, pod, want.OwnerReferences)
 		}
-		if err := k.deleteAndWait(ctx, pod.Name); err != nil {
+		if err := k.deleteAndWait(ctx, pod.Namespace, pod.Name); err != nil {
 			return nil, err
 		}
 	}
 }
 
 func (k *Kube) ensureSecret(ctx context.Context, want *corev1.Secret) error {
-	secrets := k.Client.CoreV1().Secrets(k.Namespace)
+	secrets := k.Client.CoreV1().Secrets(want.Namespace)
 	_, err := secrets.Create(ctx, want, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		if err != nil {
@@ -179,4 +190,23 @@ func pending(pod *corev1.Pod) string {
 		}
 	}
 	return fmt.Sprintf("phase %s, not ready", pod.Status.Phase)
+}
+
+// ErrRefused: the namespace's ResourceQuota or LimitRange refuses the
+// mounter pod; a person must change one or the other.
+var ErrRefused = errors.New("mounter pod refused")
+
+// refusedByPolicy says whether a create failed on the namespace's
+// ResourceQuota or LimitRange (the API answers Forbidden for both).
+func refusedByPolicy(err error) bool {
+	if !apierrors.IsForbidden(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"exceeded quota", "must specify", "maximum ", "minimum ", "LimitRange", "limitrange"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -144,7 +144,7 @@ func (k *Kube) deleteOrphan(ctx context.Context, pod *corev1.Pod, m spec.Mounter
 	}
 	k.Logger.Info("deleting orphaned mounter pod", "pod", pod.Name, "volume", m.VolumeID, "node", m.NodeID)
 	uid := pod.UID
-	err := k.Client.CoreV1().Pods(k.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err := k.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return false, nil // gone, or another pod by now

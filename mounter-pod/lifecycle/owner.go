@@ -70,7 +70,7 @@ func (k *Kube) adoptOwner(ctx context.Context, pod *corev1.Pod, owner []metav1.O
 	if err != nil {
 		return nil, err
 	}
-	p, err := k.Client.CoreV1().Pods(k.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	p, err := k.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("own mounter pod %s by its volume attachment: %w", pod.Name, err)
 	}

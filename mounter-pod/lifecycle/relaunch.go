@@ -49,8 +49,14 @@ func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
 		if err != nil || pv.Spec.CSI == nil {
 			continue // gone meanwhile, or not ours
 		}
-		m := spec.Mounter{VolumeID: pv.Spec.CSI.VolumeHandle, NodeID: nodeID}
-		if running[m.Key()] {
+		src := pv.Spec.CSI
+		v, err := volume.FromContext(src.VolumeHandle, src.VolumeAttributes, k.Volumes)
+		if err != nil {
+			k.Logger.Error("relaunch mounter: the volume's attributes", "volume", src.VolumeHandle, "err", err)
+			continue
+		}
+		m := spec.Mounter{VolumeID: src.VolumeHandle, NodeID: nodeID, Volume: v, ReadOnly: src.ReadOnly || readOnlyAccess(pv.Spec.AccessModes)}
+		if running[runningKey(m.NamespaceOr(k.Namespace), m.PodName())] {
 			continue
 		}
 		// The cache may lag behind a publish that just made the pod.
@@ -60,8 +66,8 @@ func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
 		if ok, err := k.NodeExists(ctx, nodeID); err != nil || !ok {
 			continue // a node that is gone needs no mounter; its attachments go too
 		}
-		if err := k.relaunch(ctx, va.Name, pv, nodeID); err != nil {
-			k.Logger.Error("relaunch mounter", "volume", pv.Spec.CSI.VolumeHandle, "node", nodeID, "err", err)
+		if err := k.relaunch(ctx, va.Name, m, src.ControllerPublishSecretRef); err != nil {
+			k.Logger.Error("relaunch mounter", "volume", m.VolumeID, "node", nodeID, "err", err)
 			continue
 		}
 		n++
@@ -70,19 +76,16 @@ func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// relaunch starts pv's mounter on nodeID as ControllerPublishVolume did:
-// the same volume, read-only flag and credentials.
-func (k *Kube) relaunch(ctx context.Context, vaName string, pv *corev1.PersistentVolume, nodeID string) error {
-	src := pv.Spec.CSI
-	v, err := volume.FromContext(src.VolumeHandle, src.VolumeAttributes, k.Volumes)
+// relaunch starts m's mounter as ControllerPublishVolume did: the same
+// volume, read-only flag and credentials (from the Secret ref names).
+func (k *Kube) relaunch(ctx context.Context, vaName string, m spec.Mounter, ref *corev1.SecretReference) error {
+	if err := OwnSecretNeeded(m, ref != nil); err != nil {
+		return err
+	}
+	creds, err := k.publishCredentials(ctx, ref)
 	if err != nil {
 		return err
 	}
-	creds, err := k.publishCredentials(ctx, src.ControllerPublishSecretRef)
-	if err != nil {
-		return err
-	}
-	m := spec.Mounter{VolumeID: src.VolumeHandle, NodeID: nodeID, Volume: v, ReadOnly: src.ReadOnly || readOnlyAccess(pv.Spec.AccessModes)}
 	defer k.lock(m)()
 	// ControllerUnpublishVolume may have run since the list: a mounter
 	// started now would only be collected as an orphan later.
@@ -90,7 +93,7 @@ func (k *Kube) relaunch(ctx context.Context, vaName string, pv *corev1.Persisten
 	if err != nil || !va.Status.Attached || va.DeletionTimestamp != nil {
 		return nil
 	}
-	k.Logger.Warn("mounter pod of an attached volume is gone; starting a new one", "volume", m.VolumeID, "node", nodeID)
+	k.Logger.Warn("mounter pod of an attached volume is gone; starting a new one", "volume", m.VolumeID, "node", m.NodeID)
 	_, err = k.launch(ctx, m, creds)
 	return err
 }

@@ -14,28 +14,45 @@ import (
 )
 
 // Stop deletes m's mounter pod, once it has drained, and its Secret.
+// ControllerUnpublishVolume does not say where the volume's mounters
+// run, so a mounter of unknown namespace is looked for in each one
+// mounters may run in.
 func (k *Kube) Stop(ctx context.Context, m spec.Mounter) error {
 	defer k.lock(m)()
-	if err := k.deleteAndWait(ctx, m.PodName()); err != nil {
+	namespaces := k.namespaces()
+	if m.Volume.Mounter.Namespace != "" {
+		namespaces = []string{m.Volume.Mounter.Namespace}
+	}
+	for _, ns := range namespaces {
+		if err := k.stopIn(ctx, ns, m); err != nil && !k.forbiddenElsewhere(ns, err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopIn deletes m's mounter pod and Secret in namespace ns.
+func (k *Kube) stopIn(ctx context.Context, ns string, m spec.Mounter) error {
+	if err := k.deleteAndWait(ctx, ns, m.PodName()); err != nil {
 		return err
 	}
-	err := k.Client.CoreV1().Secrets(k.Namespace).Delete(ctx, m.SecretName(), metav1.DeleteOptions{})
+	err := k.Client.CoreV1().Secrets(ns).Delete(ctx, m.SecretName(), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete mounter secret %s: %w", m.SecretName(), err)
+		return fmt.Errorf("delete mounter secret %s/%s: %w", ns, m.SecretName(), err)
 	}
 	return nil
 }
 
 // deleteAndWait deletes a pod gracefully (the mounter drains on SIGTERM)
 // and waits until it is gone.
-func (k *Kube) deleteAndWait(ctx context.Context, name string) error {
-	pods := k.Client.CoreV1().Pods(k.Namespace)
+func (k *Kube) deleteAndWait(ctx context.Context, namespace, name string) error {
+	pods := k.Client.CoreV1().Pods(namespace)
 	err := pods.Delete(ctx, name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("delete mounter pod %s: %w", name, err)
+		return fmt.Errorf("delete mounter pod %s/%s: %w", namespace, name, err)
 	}
 	for {
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})

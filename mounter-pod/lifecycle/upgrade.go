@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -25,12 +24,9 @@ type Container struct {
 // Container reads m's live mounter pod's container; found is false when
 // there is no such pod (or it is being deleted).
 func (f Finder) Container(ctx context.Context, m spec.Mounter) (c Container, found bool, err error) {
-	pod, err := f.Client.CoreV1().Pods(f.Namespace).Get(ctx, m.PodName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return c, false, nil
-	}
-	if err != nil {
-		return c, false, fmt.Errorf("get mounter pod %s: %w", m.PodName(), err)
+	pod, err := f.pod(ctx, m)
+	if err != nil || pod == nil {
+		return c, false, err
 	}
 	if !alive(pod) || pod.Annotations[spec.AnnotationVolume] != m.VolumeID {
 		return c, false, nil
@@ -60,7 +56,7 @@ func (f Finder) SetImage(ctx context.Context, m spec.Mounter, uid, image string)
 	if err != nil {
 		return err
 	}
-	_, err = f.Client.CoreV1().Pods(f.Namespace).Patch(ctx, m.PodName(), types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	_, err = f.Client.CoreV1().Pods(m.NamespaceOr(f.Namespace)).Patch(ctx, m.PodName(), types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("set the image of mounter pod %s: %w", m.PodName(), err)
 	}

@@ -17,6 +17,22 @@ type Mounter struct {
 	ReadOnly bool
 }
 
+// MounterIn is the mounter of a volume on a node whose pods run in
+// namespace ("" for the driver's), for finding and stopping it where the
+// rest of its volume is not known.
+func MounterIn(volumeID, nodeID, namespace string) Mounter {
+	return Mounter{VolumeID: volumeID, NodeID: nodeID, Volume: volume.Volume{Mounter: volume.MounterResources{Namespace: namespace}}}
+}
+
+// NamespaceOr is the namespace m's pods run in: its volume's
+// (volume.ParamMounterNamespace), else driverNamespace.
+func (m Mounter) NamespaceOr(driverNamespace string) string {
+	if ns := m.Volume.Mounter.Namespace; ns != "" {
+		return ns
+	}
+	return driverNamespace
+}
+
 // Key names the mounter: a hash of volume and node, safe in paths and pod names.
 func (m Mounter) Key() string { return volume.Key(m.VolumeID, m.NodeID) }
 
