@@ -50,7 +50,7 @@ func newClusterCache(kc kubernetes.Interface, namespaces []string) *clusterCache
 	for _, ns := range namespaces {
 		// Only objfuse's own pods and Secrets of the namespace.
 		local := informers.NewSharedInformerFactoryWithOptions(kc, cacheResync, informers.WithNamespace(ns),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spec.LabelComponent + "=" + spec.ComponentMounter }))
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spec.Selector }))
 		c.local[ns] = local
 		c.pods[ns] = local.Core().V1().Pods().Lister().Pods(ns)
 		c.secrets[ns] = local.Core().V1().Secrets().Lister().Secrets(ns)
@@ -126,7 +126,7 @@ func (k *Kube) startCache(ctx context.Context) error {
 // mayWatch lists one mounter pod and one Secret of ns, to learn whether
 // the driver may.
 func (k *Kube) mayWatch(ctx context.Context, ns string) error {
-	opts := metav1.ListOptions{LabelSelector: spec.LabelComponent + "=" + spec.ComponentMounter, Limit: 1}
+	opts := metav1.ListOptions{LabelSelector: spec.Selector, Limit: 1}
 	if _, err := k.Client.CoreV1().Pods(ns).List(ctx, opts); err != nil {
 		return fmt.Errorf("list mounter pods in %s: %w", ns, err)
 	}

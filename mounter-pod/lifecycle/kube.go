@@ -170,7 +170,7 @@ func (k *Kube) NodeExists(ctx context.Context, nodeID string) (bool, error) {
 // mounterPods lists the mounter pods, from the cache when there is one.
 // They are shared with the cache: not to be changed.
 func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
-	selector := spec.LabelComponent + "=" + spec.ComponentMounter
+	selector := spec.Selector
 	if k.cache != nil {
 		sel, err := labels.Parse(selector)
 		if err != nil {

@@ -28,6 +28,11 @@ const (
 	AnnotationReadOnly = "objfuse.csi.io/read-only"
 )
 
+// Selector selects mounter pods and their Secrets: those with LabelKey.
+// Not LabelComponent, which pods of others use too, in the namespaces of
+// PVCs where mounters may run.
+const Selector = LabelKey
+
 // Container is the name of the mounter pod's one container, whose image
 // the node plugin changes in place to upgrade a running mounter.
 const Container = "mounter"
