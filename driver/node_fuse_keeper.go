@@ -1,10 +1,16 @@
 package driver
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
+	"github.com/objfuse/objfuse/mounter-pod/mounts"
 )
 
 // connKeeper keeps a handle of each staged volume's FUSE connection in the
@@ -99,4 +105,63 @@ func (k *connKeeper) dup(volumeID string) (int, error) {
 		return -1, errNotKept
 	}
 	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// borrowConnection asks st's serving mounter for a handle of the
+// connection it serves (OpLend), to keep: the node plugin restarted and
+// lost the one it kept, or kept none. The handle is checked, for the
+// mounter is less trusted than the node plugin: it must be a live FUSE
+// connection, and the one mounted at the staging path where the kernel
+// names it. Each mounter process (pid) is asked once if it answers (an
+// older one does not know the op, and would refuse every check); one
+// that did not answer (busy past the 2 s bound) is asked again at the
+// next check.
+func (n *nodeServer) borrowConnection(ctx context.Context, st *stagedVolume, socket string, pid int) {
+	if pid != 0 && n.state.lendAsked[st.VolumeID] == pid {
+		return
+	}
+	n.state.lendAsked[st.VolumeID] = pid
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rep, fd, err := handoff.CallFD(cctx, socket, handoff.Request{Op: handoff.OpLend}, -1)
+	if err != nil && rep.PID == 0 { // every answer carries the pid
+		delete(n.state.lendAsked, st.VolumeID) // no answer: ask again
+	}
+	if err == nil && fd < 0 {
+		err = errors.New("it attached no handle")
+	}
+	if err == nil {
+		err = n.checkLent(st, rep, fd)
+	}
+	if err != nil {
+		if fd >= 0 {
+			closeFD(fd)
+		}
+		n.log.Warn("the mounter did not lend its FUSE connection: the mount does not outlive it", "volume", st.VolumeID, "err", err)
+		return
+	}
+	n.keeper.keep(st.VolumeID, fd)
+	n.log.Info("keeping the FUSE connection the mounter lent", "volume", st.VolumeID)
+}
+
+// checkLent says whether fd, lent by st's mounter, holds the connection
+// mounted at st's staging path.
+func (n *nodeServer) checkLent(st *stagedVolume, rep handoff.Reply, fd int) error {
+	if !sameSource(rep.Source, st.Source) {
+		return fmt.Errorf("the mounter serves %q, not %q", rep.Source, st.Source)
+	}
+	conn, err := n.mounts.Connection(fd)
+	if err != nil {
+		return err
+	}
+	m, ok, err := mounts.Mounted(n.mounts, st.Staging)
+	switch {
+	case err != nil:
+		return err
+	case !ok || m.FsType != mounts.FSType:
+		return fmt.Errorf("%s is not an objfuse mount", st.Staging)
+	case conn != mounts.UnknownConnection && conn != m.Minor:
+		return fmt.Errorf("the lent handle holds FUSE connection %d; the one at %s is %d", conn, st.Staging, m.Minor)
+	}
+	return nil
 }

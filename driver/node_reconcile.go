@@ -65,10 +65,6 @@ func forgetUnstaged[V any](byVolume map[string]V, staged map[string]bool) {
 	}
 }
 
-// hangsBeforeAbort is how many checks in a row a mount may hang, its
-// mounter silent too, before its connection is aborted.
-const hangsBeforeAbort = 3
-
 // checkMounts says what is wrong with st's mounts, if anything: the FUSE
 // mount, staging and every target must be objfuse mounts, and the FUSE
 // mount must answer. An unmounted path would pass a statfs (it is a plain
@@ -91,38 +87,6 @@ func (n *nodeServer) checkMounts(st *stagedVolume) error {
 	return err
 }
 
-// repairStep is what one check of a volume does about its mounts.
-type repairStep int
-
-const (
-	stepHealthy        repairStep = iota // the mount answers: take in the mounter's health
-	stepWaitSlow                         // it hangs, but its mounter answers and serves: busy, not gone
-	stepWaitSilent                       // it hangs and its mounter is silent, not yet for long
-	stepAbortAndRepair                   // silent for hangsBeforeAbort checks: abort the connection, then repair
-	stepRepair                           // dead or not mounted: mount again once the mounter is back
-)
-
-// decideRepair is a check's decision from what it found: mountErr from
-// checkMounts, the checks in a row before this one that found the mount
-// hung, and (for a hung mount) whether its mounter answered on its socket
-// that it serves. A busy mounter (throttled, collecting garbage) is slow,
-// not gone: only one that stays silent, on its socket too, check after
-// check, is aborted, for aborting fails every open file. It returns the
-// step and the count of hung checks after this one.
-func decideRepair(mountErr error, hangs int, serving bool) (repairStep, int) {
-	switch {
-	case mountErr == nil:
-		return stepHealthy, 0
-	case !errors.Is(mountErr, mounts.ErrHung):
-		return stepRepair, 0
-	case serving:
-		return stepWaitSlow, hangs + 1
-	case hangs+1 < hangsBeforeAbort:
-		return stepWaitSilent, hangs + 1
-	}
-	return stepAbortAndRepair, 0
-}
-
 func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 	// A volume being staged or unstaged (which waits for its uploads,
 	// minutes while S3 does not answer) is checked on a later pass;
@@ -143,13 +107,14 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		return handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
 	}
 	// A kept connection changes what a hung mount means: its mounter may
-	// be dead, its requests queued for a successor (node_takeover.go).
+	// be dead, its requests queued for a successor (node_survival.go;
+	// handOver, below).
 	_, kept := n.keeper.connection(volumeID)
 	var perr error
 	if kept && (n.upgrading(volumeID) || n.state.ended[volumeID]) && successorAwaited(status) {
 		// Its mounter ended or is handing over, and its socket says no
 		// one serves: the mount hangs, no need to wait for a probe to
-		// time out (node_mounter_watch.go).
+		// time out (node_survival.go).
 		perr = mounts.ErrHung
 	} else {
 		perr = n.checkMounts(st)
@@ -255,6 +220,88 @@ func (n *nodeServer) reconcileVolume(ctx context.Context, volumeID string) {
 		"The objfuse mounter of volume %s restarted and the node plugin re-mounted the volume. Containers with mountPropagation HostToContainer see it again; other containers of this pod must be restarted to use it.", volumeID))
 }
 
+// handOver acts on a hung mount whose connection the node keeps, from
+// its mounter's answer to OpStatus (rep, err), and returns what it did:
+// takeoverNow (done), takeoverWait (waiting), takeoverGiveUp (the caller
+// aborts and repairs), or takeoverNotMine (the hang checks decide). A
+// mounter pod replaced while its mount hung is asked too (socket then
+// names its socket): a new pod given the connection by a planned
+// hand-off can resume it.
+func (n *nodeServer) handOver(ctx context.Context, st *stagedVolume, socket *string, rep handoff.Reply, err error) takeoverStep {
+	seen := seeMounter(rep, err)
+	if seen.gone && n.findReplacedMounter(ctx, st) {
+		*socket = n.mounterSocket(st)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rep, err = handoff.Call(cctx, *socket, handoff.Request{Op: handoff.OpStatus}, -1)
+		cancel()
+		seen = seeMounter(rep, err)
+	}
+	since, waiting := n.state.takeoverSince[st.VolumeID]
+	if !waiting {
+		since = time.Now()
+	}
+	step, why := decideTakeover(seen, st.Source, time.Since(since))
+	switch step {
+	case takeoverWait:
+		n.state.takeoverSince[st.VolumeID] = since
+		n.state.setAbnormal(st.VolumeID, fmt.Sprintf("the FUSE mount waits for its mounter to restart and take its connection over (since %s, for %s at most): requests pause meanwhile, and go on then", stamp(since), takeoverBound))
+	case takeoverNow:
+		if err := n.takeOver(ctx, st, *socket); err != nil {
+			n.giveUpTakeover(ctx, st, "the restarted mounter could not take it over: "+err.Error())
+			return takeoverGiveUp
+		}
+		n.tookOver(ctx, st, time.Since(since))
+		n.watchMounter(st.VolumeID, *socket)
+	case takeoverGiveUp:
+		n.giveUpTakeover(ctx, st, why)
+	}
+	return step
+}
+
+// takeOver hands a duplicate of st's kept connection to its mounter,
+// which resumes it from its predecessor's saved state; the mounts stay
+// as they are.
+func (n *nodeServer) takeOver(ctx context.Context, st *stagedVolume, socket string) error {
+	fd, err := n.keeper.dup(st.VolumeID)
+	if err != nil {
+		return err
+	}
+	defer closeFD(fd) // the mounter has its own once it answers
+	cctx, cancel := context.WithTimeout(ctx, n.mounterWait)
+	defer cancel()
+	rep, err := handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpServe, MountGroup: st.MountGroup, TakeOver: true, Kept: true}, fd)
+	if err == nil && !rep.Serving {
+		err = errors.New("the mounter answered but does not serve")
+	}
+	return err
+}
+
+// tookOver records a takeover that worked.
+func (n *nodeServer) tookOver(ctx context.Context, st *stagedVolume, waited time.Duration) {
+	delete(n.state.takeoverSince, st.VolumeID)
+	delete(n.state.ended, st.VolumeID)
+	n.state.hangs[st.VolumeID] = 0
+	n.state.setAbnormal(st.VolumeID, "")
+	n.takeovers.Inc()
+	n.log.Info("a restarted mounter took the FUSE connection over", "volume", st.VolumeID, "waited", waited.Round(time.Millisecond))
+	_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeNormal, reasonTakenOver, fmt.Sprintf(
+		"The objfuse mounter of volume %s restarted and took the volume's connection over: requests paused while it restarted and went on; no container needs a restart.",
+		st.VolumeID))
+}
+
+// giveUpTakeover tells the pods why no successor can take st's kept
+// connection over; the caller aborts the connection, drops the handle
+// and repairs the mount as it would have without one (and tells that).
+func (n *nodeServer) giveUpTakeover(ctx context.Context, st *stagedVolume, why string) {
+	delete(n.state.takeoverSince, st.VolumeID)
+	delete(n.state.ended, st.VolumeID)
+	n.takeoverFallbacks.Inc()
+	n.log.Warn("FUSE connection not taken over; aborting it to mount the volume again", "volume", st.VolumeID, "why", why)
+	_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonTakeoverFailed, fmt.Sprintf(
+		"The objfuse mounter of volume %s stopped and no successor could take its connection over: %s. The node plugin aborts the connection (requests waiting on it fail) and mounts the volume again.",
+		st.VolumeID, why))
+}
+
 // findReplacedMounter looks for a mounter pod that replaced st's (the
 // controller starts one for a volume still attached when the pod is
 // gone), remembers it and says whether there is one.
@@ -281,4 +328,10 @@ func (n *nodeServer) findReplacedMounter(ctx context.Context, st *stagedVolume) 
 		n.log.Error("save state", "volume", st.VolumeID, "err", err)
 	}
 	return true
+}
+
+// mounterSocket is where st's mounter listens.
+func (n *nodeServer) mounterSocket(st *stagedVolume) string {
+	socket, _ := spec.SocketOnNode(n.kubeletDir, st.MounterUID)
+	return socket
 }

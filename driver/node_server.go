@@ -18,7 +18,7 @@ import (
 // nodeServer serves the CSI Node service: it mounts /dev/fuse at a
 // volume's staging path and hands the handle to the volume's mounter
 // (node_stage.go), binds the mount into pods (node_publish.go), and
-// repairs mounts whose mounter died (node_reconcile.go).
+// repairs mounts whose mounter died (node_survival.go, node_reconcile.go).
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	nodeID     string
@@ -39,7 +39,7 @@ type nodeServer struct {
 	// upgrades upgrades running mounters to the driver's image; nil
 	// when the node knows no image or no API.
 	upgrades *mounterUpgrades
-	// watches hear a mounter's end at once (node_mounter_watch.go).
+	// watches hear a mounter's end at once (node_survival.go).
 	watches        *mounterWatches
 	log            *slog.Logger
 	probeTimeout   time.Duration // bounds a check of a FUSE mount

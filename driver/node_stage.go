@@ -2,11 +2,9 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -229,10 +227,4 @@ func (n *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	n.state.setMode(req.GetVolumeId(), "")
 	n.log.Info("unstaged", "volume", req.GetVolumeId())
 	return &csi.NodeUnstageVolumeResponse{}, nil
-}
-
-// mounterGone says whether a call failed because no mounter listens:
-// nothing pending can be lost by going on.
-func mounterGone(err error) bool {
-	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }

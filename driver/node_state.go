@@ -102,7 +102,7 @@ type nodeState struct {
 	takeoverSince map[string]time.Time
 	lendAsked     map[string]int
 	// ended are the volumes whose mounter a watch saw end, until a
-	// successor serves (node_mounter_watch.go).
+	// successor serves (node_survival.go).
 	ended map[string]bool
 }
 

@@ -17,7 +17,7 @@ import (
 // was given, one at a time: it arms a mounter to hand its connection
 // over at its next SIGTERM, then changes its pod's image; kubelet stops
 // the container and starts the new image in the same pod, which the
-// reconcile loop hands the kept connection (node_takeover.go).
+// reconcile loop hands the kept connection (handOver, node_reconcile.go).
 
 // upgradeBound bounds an upgrade, from the new image set until the new
 // container serves: kubelet restarts the container at once, and the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -227,7 +228,9 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
 			PanicHandler: func(p any) fuse.Status {
 				f.stats.PanicsRecovered.Add(1)
-				f.opts.Logger.Error("panic in FUSE handler; returning EIO", "panic", fmt.Sprint(p))
+				// Called from go-fuse's deferred recover, still on the
+				// panicking goroutine: the stack shows where it panicked.
+				f.opts.Logger.Error("panic in FUSE handler; returning EIO", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				return fuse.EIO
 			},
 		},
