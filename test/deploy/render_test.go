@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -244,17 +245,94 @@ func TestLeastRights(t *testing.T) {
   - port: ` + strconv.Itoa(spec.MetricsPort) + `
     protocol: TCP
 podSelector:
-  matchLabels:
-    app.kubernetes.io/component: mounter
+  matchExpressions:
+  - key: objfuse.csi.io/mounter
+    operator: Exists
 policyTypes:
 - Ingress
 `
 	if string(y) != want {
 		t.Errorf("the mounters' NetworkPolicy:\n%s\nwant:\n%s", y, want)
 	}
+	// In each namespace listed for mounters in the PVC's namespace: the
+	// controller's rights on mounter pods and Secrets, the node's on pods,
+	// the same NetworkPolicy; nothing else, and nothing cluster-wide more.
+	tenants := render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set", "mounter.pvcNamespaces={team-a,team-b}")
+	objs = tenants
+	for _, ns := range []string{"team-a", "team-b"} {
+		if got := rules("Role/" + ns + "/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get", "pods:patch"}) {
+			t.Errorf("the node's Role in %s grants %q, want get and patch pods only", ns, got)
+		}
+		if got, want := rules("Role/"+ns+"/objfuse-controller"), rules("Role/objfuse-system/objfuse-controller"); len(got) != 12 || !reflect.DeepEqual(got, want[:12]) {
+			t.Errorf("the controller's Role in %s grants %q, want its mounter pod and Secret rights of objfuse-system, %q", ns, got, want[:12])
+		}
+		for _, b := range []string{"objfuse-node", "objfuse-controller"} {
+			sub := tenants["RoleBinding/"+ns+"/"+b]["subjects"].([]any)[0].(map[string]any)
+			if sub["name"] != b || sub["namespace"] != "objfuse-system" {
+				t.Errorf("RoleBinding %s/%s binds %v", ns, b, sub)
+			}
+		}
+		tn, _ := yaml.Marshal(tenants["NetworkPolicy/"+ns+"/objfuse-mounter"]["spec"])
+		if string(tn) != want {
+			t.Errorf("the mounters' NetworkPolicy in %s:\n%s\nwant:\n%s", ns, tn, want)
+		}
+	}
+	inTenants := 0
+	for key := range tenants {
+		if strings.Contains(key, "/team-") {
+			inTenants++
+		}
+	}
+	if inTenants != 10 {
+		t.Errorf("%d objects in the two PVC namespaces, want 5 each", inTenants)
+	}
+	if got := rules("ClusterRole//objfuse-node"); !reflect.DeepEqual(got, []string{"events:create", "events:patch"}) {
+		t.Errorf("with PVC namespaces the node's ClusterRole grants %q", got)
+	}
+
 	// Without metrics, nothing may connect to a mounter.
 	np = render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set", "mounter.metrics=false")["NetworkPolicy/objfuse-system/objfuse-mounter"]
 	if in, ok := np["spec"].(map[string]any)["ingress"]; !ok || len(in.([]any)) != 0 {
 		t.Errorf("without metrics the NetworkPolicy admits %v, want nothing", in)
+	}
+}
+
+// The local overlay's tenant namespace holds what the chart renders for
+// it (deploy/kustomize/local/tenant.yaml was copied from that rendering),
+// and its controller is told the namespace as the chart's is.
+func TestLocalTenantIsTheChartsRendering(t *testing.T) {
+	helm := tool(t, "helm", "helm.sh/helm/v3/cmd/helm@v3.22.0")
+	kustomize := tool(t, "kustomize", "sigs.k8s.io/kustomize/kustomize/v5@v5.8.1")
+	const tenant = "objfuse-e2e-tenant"
+	fromHelm := render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set", "mounter.pvcNamespaces={"+tenant+"}")
+	local := render(t, kustomize, "build", "deploy/kustomize/local")
+	n := 0
+	for key, h := range fromHelm {
+		if !strings.Contains(key, "/"+tenant+"/") {
+			continue
+		}
+		n++
+		if k, ok := local[key]; !ok {
+			t.Errorf("the local overlay has no %s", key)
+		} else if !reflect.DeepEqual(h, k) {
+			hy, _ := yaml.Marshal(h)
+			ky, _ := yaml.Marshal(k)
+			t.Errorf("%s differs:\n--- helm\n%s\n--- local\n%s", key, hy, ky)
+		}
+	}
+	if n != 5 {
+		t.Errorf("the chart renders %d objects in %s, want 5", n, tenant)
+	}
+	args := func(objs map[string]map[string]any) []string { // in any order
+		spec := objs["Deployment/objfuse-system/objfuse-controller"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		var out []string
+		for _, a := range spec["containers"].([]any)[0].(map[string]any)["args"].([]any) {
+			out = append(out, a.(string))
+		}
+		sort.Strings(out)
+		return out
+	}
+	if h, l := args(fromHelm), args(local); !reflect.DeepEqual(h, l) {
+		t.Errorf("the controller's arguments: chart %v, local %v", h, l)
 	}
 }
