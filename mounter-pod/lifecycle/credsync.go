@@ -43,9 +43,9 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 		if c == nil || c.Driver != k.Driver {
 			continue
 		}
-		ns := k.Namespace // also of a PV no mounter could be published for
+		ns := "" // the driver's; also of a PV no mounter could be published for
 		if v, err := volume.FromContext(c.VolumeHandle, c.VolumeAttributes, k.Volumes); err == nil {
-			ns = spec.Mounter{Volume: v}.NamespaceOr(k.Namespace)
+			ns = v.Mounter.Namespace
 		}
 		pvsOf[c.VolumeHandle] = append(pvsOf[c.VolumeHandle], pv)
 		if old, seen := refs[c.VolumeHandle]; seen && (!sameRef(old, c.ControllerPublishSecretRef) || mounterNS[c.VolumeHandle] != ns) {
@@ -77,11 +77,12 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 		if !known {
 			return nil, "", false // not a PV of ours (yet, or any more)
 		}
-		ns := mounterNS[volumeID]
-		if err := OwnSecretNeeded(spec.MounterIn(volumeID, "", ns), ref != nil); err != nil {
+		m := spec.MounterIn(volumeID, "", mounterNS[volumeID])
+		if err := OwnSecretNeeded(m, ref != nil); err != nil {
 			notSynced[volumeID] = err.Error()
 			return nil, "", false
 		}
+		ns := m.NamespaceOr(k.Namespace)
 		key := ""
 		if ref != nil {
 			key = ref.Namespace + "/" + ref.Name

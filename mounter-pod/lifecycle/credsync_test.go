@@ -189,3 +189,33 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 	}
 }
+
+// A volume on the driver's own keys (no Secret, --s3-credentials-for-volumes)
+// whose mounters run in the driver's namespace gets those keys when they
+// rotate: the rule that keeps them out of PVC namespaces does not apply.
+func TestCredentialsSyncRotatesTheDriversOwnKeys(t *testing.T) {
+	tmpl := spec.Template{Image: "objfuse:test"}
+	m := spec.Mounter{VolumeID: "vol-defaults", NodeID: "node-a"}
+	pod, err := tmpl.Pod(m, ns, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-defaults"}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: m.VolumeID}}}}
+	kc := fake.NewSimpleClientset(pv, pod, m.Secret(pod, map[string][]byte{s3store.AccessKeyFile: []byte("old"), s3store.SecretKeyFile: []byte("old")}))
+	defaults := t.TempDir()
+	for name, v := range map[string]string{s3store.AccessKeyFile: "rotated", s3store.SecretKeyFile: "rotated-secret"} {
+		if err := os.WriteFile(filepath.Join(defaults, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, ctx := cachedKube(t, lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl,
+		Credentials: lifecycle.Credentials{DefaultDir: defaults, DefaultForVolumes: true}})
+	if n, err := lifecycle.SyncCredentials(ctx, k); err != nil || n != 1 {
+		t.Fatalf("sync: %d updated, %v; want 1", n, err)
+	}
+	s, err := kc.CoreV1().Secrets(ns).Get(ctx, m.SecretName(), metav1.GetOptions{})
+	if err != nil || string(s.Data[s3store.AccessKeyFile]) != "rotated" {
+		t.Fatalf("the mounter's Secret after the driver's keys rotated: %v, %v", s, err)
+	}
+}
