@@ -238,7 +238,7 @@ func TestReviveNodeByName(t *testing.T) {
 // can reach the successor after the LOOKUP that gave the kernel the same
 // id again, while the kernel makes a new inode of that reply. The id
 // must stay known: the next request on it is the new inode's.
-func TestAForgetCrossingAnAdoptingLookupKeepsTheID(t *testing.T) {
+func TestAForgetCrossingALookupKeepsTheID(t *testing.T) {
 	p := runPredecessor(t)
 	tfs, _ := serve(t, p.tr, p.saved)
 	if id := lookup(t, tfs, rootID, "d").NodeId; id != p.d {
@@ -250,6 +250,21 @@ func TestAForgetCrossingAnAdoptingLookupKeepsTheID(t *testing.T) {
 	}
 	if id := lookup(t, tfs, p.d, "f").NodeId; id != p.f {
 		t.Errorf("lookup of d/f gave node id %d, want the predecessor's %d", id, p.f)
+	}
+
+	// The same for a node revived on use (an open file's) whose id a
+	// lookup then gives out again.
+	p = runPredecessor(t)
+	tfs, _ = serve(t, p.tr, p.saved)
+	if _, st := getattr(tfs, p.f); !st.Ok() {
+		t.Fatal(st)
+	}
+	if id := lookup(t, tfs, p.d, "f").NodeId; id != p.f {
+		t.Fatalf("lookup of d/f gave node id %d, want %d", id, p.f)
+	}
+	tfs.Forget(p.f, 2) // the predecessor's lookup and this one, from the evicted inode
+	if _, st := getattr(tfs, p.f); !st.Ok() {
+		t.Fatalf("getattr of a revived node after the old inode's FORGET: %v", st)
 	}
 }
 
@@ -533,11 +548,11 @@ func TestRenameBeforeRevival(t *testing.T) {
 	_, st = getattr(tfs, 8)
 	wantStatus(t, "node 8 after its name came to hold a file", st, fuse.Status(syscall.ESTALE))
 	tfs.Forget(7, 100)
-	// b (node 5), the new a and u, t, and k: adopted, it keeps one
-	// lookup for the connection's life (a FORGET of an adopted id may be
-	// the predecessor's inode's); not t's lookup for 8.
-	if held := inner.held(); len(held) != 5 || held[inner.idOf[tr.names[childKey{1, "k"}]]] != 1 {
-		t.Errorf("the inner filesystem holds %v, want 5 nodes, k's once", held)
+	if held := inner.held(); len(held) != 4 { // b (node 5), the new a and u, t; not k, nor t's lookup for 8
+		t.Errorf("the inner filesystem holds %v, want 4 nodes", held)
+	}
+	if _, ok := tfs.old.Nodes[7]; !ok {
+		t.Error("k, forgotten, is not known by its place any more (its id came from a predecessor)")
 	}
 }
 
@@ -643,22 +658,12 @@ func TestConcurrentRevival(t *testing.T) {
 	for _, id := range oldDirs {
 		tfs.Forget(id, kernel[id])
 	}
-	// What is left is the adopted nodes (a lookup gave the kernel a
-	// predecessor's id again), one inner lookup each: kept on purpose
-	// (TestAForgetCrossingAnAdoptingLookupKeepsTheID).
-	adopted := map[uint64]uint64{}
-	for id, n := range tfs.nodes {
-		if id != rootID {
-			if !n.adopted || n.count != 1 {
-				t.Errorf("node %d (adopted %v) holds %d lookups after the kernel forgot everything", id, n.adopted, n.count)
-			}
-			adopted[n.inner] = 1
-		}
+	if held := inner.held(); len(held) != 0 || len(inner.fhs) != 0 {
+		t.Errorf("after the kernel forgot and released everything, the inner filesystem holds lookups %v and %d handles", held, len(inner.fhs))
 	}
-	if held := inner.held(); !reflect.DeepEqual(held, adopted) || len(inner.fhs) != 0 {
-		t.Errorf("after the kernel forgot and released everything, the inner filesystem holds lookups %v and %d handles; want those of the adopted nodes, %v", held, len(inner.fhs), adopted)
-	}
-	if len(tfs.handles) != 0 || len(tfs.old.Nodes) != 0 || len(tfs.old.Handles) != 0 || len(tfs.children) != len(adopted) {
+	// What is left is the places of the predecessor's nodes that were
+	// revived or adopted: known still (TestAForgetCrossingALookupKeepsTheID).
+	if len(tfs.nodes) != 1 || len(tfs.handles) != 0 || len(tfs.old.Handles) != 0 || len(tfs.children) != len(tfs.old.Nodes) {
 		t.Errorf("tables left: %d nodes, %d handles, %d old nodes, %d old handles, %d children",
 			len(tfs.nodes), len(tfs.handles), len(tfs.old.Nodes), len(tfs.old.Handles), len(tfs.children))
 	}
