@@ -65,6 +65,9 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "StorageClass %v", err)
 	}
+	if p.Mounter.Namespace == c.namespaces.Driver {
+		p.Mounter.Namespace = "" // a PVC in the driver's own namespace: as without the parameter
+	}
 	if _, err := c.namespaces.Of(spec.Mounter{VolumeID: name, Volume: volume.Volume{Mounter: p.Mounter}}); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
 	}

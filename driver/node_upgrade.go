@@ -149,7 +149,11 @@ func decideUpgradeDone(p upgradeProgress, waited time.Duration) upgradeOutcome {
 // OpStatus and the volume's survival mode.
 func (n *nodeServer) considerUpgrade(ctx context.Context, st *stagedVolume, socket string, rep handoff.Reply, mode string) {
 	u := n.upgrades
-	if u == nil {
+	if u == nil || st.MounterNamespace != "" {
+		// A mounter in a PVC's namespace is not changed in place: the
+		// node may only read pods there (a right to patch would reach
+		// every pod of the tenant). It gets the new image when it is
+		// next started.
 		return
 	}
 	note, err := u.note(ctx, st, n.nodeID)

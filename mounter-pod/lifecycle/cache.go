@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -38,6 +37,10 @@ type clusterCache struct {
 // the passes poll on their own, so a rare one is enough.
 const cacheResync = 10 * time.Minute
 
+// Secrets are cached only in the driver's namespace (the first of
+// namespaces): in a PVC's namespace anyone who may create Secrets could
+// label thousands of large ones and fill the controller's memory; there
+// the credentials sync gets each mounter's Secret by name.
 func newClusterCache(kc kubernetes.Interface, namespaces []string) *clusterCache {
 	cluster := informers.NewSharedInformerFactory(kc, cacheResync)
 	c := &clusterCache{
@@ -53,7 +56,9 @@ func newClusterCache(kc kubernetes.Interface, namespaces []string) *clusterCache
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spec.Selector }))
 		c.local[ns] = local
 		c.pods[ns] = local.Core().V1().Pods().Lister().Pods(ns)
-		c.secrets[ns] = local.Core().V1().Secrets().Lister().Secrets(ns)
+		if len(c.secrets) == 0 {
+			c.secrets[ns] = local.Core().V1().Secrets().Lister().Secrets(ns)
+		}
 	}
 	return c
 }
@@ -90,13 +95,15 @@ func (c *clusterCache) listPods(sel labels.Selector) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
-// secret is the cached mounter Secret of that namespace and name.
-func (c *clusterCache) secret(namespace, name string) (*corev1.Secret, error) {
+// secret is the cached mounter Secret of that namespace and name;
+// cached is false where Secrets are not cached.
+func (c *clusterCache) secret(namespace, name string) (s *corev1.Secret, cached bool, err error) {
 	l, ok := c.secrets[namespace]
 	if !ok {
-		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+		return nil, false, nil
 	}
-	return l.Get(name)
+	s, err = l.Get(name)
+	return s, true, err
 }
 
 // startCache fills the cache the periodic passes read. A PVC namespace

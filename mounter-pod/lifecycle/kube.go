@@ -198,11 +198,13 @@ func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
 // one, as a copy the caller may change.
 func (k *Kube) mounterSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	if k.cache != nil {
-		s, err := k.cache.secret(namespace, name)
+		s, cached, err := k.cache.secret(namespace, name)
 		if err != nil {
 			return nil, err
 		}
-		return s.DeepCopy(), nil
+		if cached {
+			return s.DeepCopy(), nil
+		}
 	}
 	return k.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }

@@ -222,3 +222,31 @@ func TestTenantPodsCannotClaimAnotherVolume(t *testing.T) {
 		t.Fatalf("the victim's relaunched mounter: %v", err)
 	}
 }
+
+// Unpublish does not say where a volume's mounters run; its PV does, and
+// Stop looks only there: a tenant's pod of the same name, which it could
+// keep terminating for ever, neither holds the unpublish up nor is
+// deleted.
+func TestStopLooksWhereTheVolumesPVSays(t *testing.T) {
+	tmpl := spec.Template{Image: "objfuse:test"}
+	id := volume.ID{S3: volume.S3{Endpoint: "http://127.0.0.1:9000", Region: "us-east-1", PathStyle: true}, Bucket: "bkt", Prefix: "v/"}
+	v := volume.Volume{ID: id}
+	m := spec.Mounter{VolumeID: id.String(), NodeID: "node-a", Volume: v}
+	genuine, _ := tmpl.Pod(m, ns, "node-a")
+	impostor, _ := tmpl.Pod(m, tenant, "node-a")
+	impostor.Finalizers = []string{"example.com/hold"}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+			Driver: driverName, VolumeHandle: m.VolumeID, VolumeAttributes: v.Context()}}}}
+	kc := fake.NewSimpleClientset(pv, genuine, impostor)
+	k, ctx := cachedKube(t, lifecycle.Config{Client: kc, Namespace: ns, PVCNamespaces: []string{tenant}, Template: tmpl, Poll: 10 * time.Millisecond})
+	if err := k.Stop(ctx, spec.Mounter{VolumeID: m.VolumeID, NodeID: m.NodeID}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(podsIn(t, kc, ns)); n != 0 {
+		t.Errorf("%d mounter pods left in %s", n, ns)
+	}
+	if n := len(podsIn(t, kc, tenant)); n != 1 {
+		t.Errorf("Stop touched the tenant's pod in %s (%d left)", tenant, n)
+	}
+}

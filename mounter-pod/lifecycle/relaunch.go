@@ -61,6 +61,9 @@ func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
 		}
 		// The cache may lag behind a publish that just made the pod.
 		if uid, err := k.finder().PodUID(ctx, m); err != nil || uid != "" {
+			if err != nil {
+				k.Logger.Error("relaunch mounter: a pod stands where the volume's mounter should; delete it", "volume", m.VolumeID, "node", nodeID, "err", err)
+			}
 			continue
 		}
 		if ok, err := k.NodeExists(ctx, nodeID); err != nil || !ok {

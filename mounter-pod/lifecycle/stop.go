@@ -8,20 +8,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 )
 
 // Stop deletes m's mounter pod, once it has drained, and its Secret.
 // ControllerUnpublishVolume does not say where the volume's mounters
-// run, so a mounter of unknown namespace is looked for in each one
-// mounters may run in.
+// run: its PersistentVolume does, and where that is gone, the mounter is
+// looked for in each namespace mounters may run in.
 func (k *Kube) Stop(ctx context.Context, m spec.Mounter) error {
 	defer k.lock(m)()
 	namespaces := k.namespaces()
-	if m.Volume.Mounter.Namespace != "" {
-		namespaces = []string{m.Volume.Mounter.Namespace}
+	if ns, ok := k.mounterNamespace(m); ok {
+		namespaces = []string{ns}
 	}
 	for _, ns := range namespaces {
 		if err := k.stopIn(ctx, ns, m); err != nil && !k.forbiddenElsewhere(ns, err) {
@@ -95,4 +97,29 @@ func (k *Kube) nodeGone(ctx context.Context, name string) bool {
 		}
 	}
 	return true
+}
+
+// mounterNamespace is where m's pods run, from m or its volume's
+// PersistentVolume in the cache; ok is false when neither says.
+func (k *Kube) mounterNamespace(m spec.Mounter) (string, bool) {
+	if m.Volume.Mounter.Namespace != "" {
+		return m.Volume.Mounter.Namespace, true
+	}
+	if k.cache == nil {
+		return "", false
+	}
+	pvs, err := k.cache.pvs.List(labels.Everything())
+	if err != nil {
+		return "", false
+	}
+	for _, pv := range pvs {
+		if c := pv.Spec.CSI; c != nil && c.Driver == k.Driver && c.VolumeHandle == m.VolumeID {
+			v, err := volume.FromContext(c.VolumeHandle, c.VolumeAttributes, k.Volumes)
+			if err != nil {
+				return "", false
+			}
+			return spec.Mounter{Volume: v}.NamespaceOr(k.Namespace), true
+		}
+	}
+	return "", false
 }

@@ -260,8 +260,8 @@ policyTypes:
 	tenants := render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set", "mounter.pvcNamespaces={team-a,team-b}")
 	objs = tenants
 	for _, ns := range []string{"team-a", "team-b"} {
-		if got := rules("Role/" + ns + "/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get", "pods:patch"}) {
-			t.Errorf("the node's Role in %s grants %q, want get and patch pods only", ns, got)
+		if got := rules("Role/" + ns + "/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get"}) {
+			t.Errorf("the node's Role in %s grants %q, want get pods only", ns, got)
 		}
 		if got, want := rules("Role/"+ns+"/objfuse-controller"), rules("Role/objfuse-system/objfuse-controller"); len(got) != 12 || !reflect.DeepEqual(got, want[:12]) {
 			t.Errorf("the controller's Role in %s grants %q, want its mounter pod and Secret rights of objfuse-system, %q", ns, got, want[:12])

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -55,9 +56,10 @@ func TestMountersInThePVCNamespace(t *testing.T) {
 	})
 	tenant.pvc("tenant", tenantSC, corev1.ReadWriteMany)
 	pv := tenant.boundPV("tenant")
-	tenant.pod("writer", "tenant", "set -e; echo tenant > /data/who; sync; cat /data/who", podOpts{})
-	if out := tenant.waitPod("writer", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "tenant") {
-		t.Fatalf("writer: %s", out)
+	// The writer stays, holding the volume attached and its mount.
+	tenant.pod("writer", "tenant", "set -e; echo tenant > /data/who; sync; echo wrote $(cat /data/who); sleep 3600", podOpts{})
+	if got := tenant.awaitLog("writer", "wrote "); got != "tenant" {
+		t.Fatalf("writer read back %q", got)
 	}
 	bucket, prefix := volume(pv)
 	if got := tenant.objectText(bucket, prefix+"who"); got != "tenant\n" {
@@ -90,13 +92,18 @@ func TestMountersInThePVCNamespace(t *testing.T) {
 	}
 
 	// The tenant stops its own mounter: the driver starts another in
-	// the same namespace, and a new pod reads the file through it.
+	// the same namespace, the writer's mount works again, and a new pod
+	// reads the file through it.
 	if err := s.kc.CoreV1().Pods(tenantNS).Delete(ctx, mounter.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s.eventually(2*time.Minute, "a new mounter pod in "+tenantNS, func() (bool, error) {
 		p, err := s.kc.CoreV1().Pods(tenantNS).Get(ctx, m.PodName(), metav1.GetOptions{})
 		return err == nil && p.UID != mounter.UID && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+	s.eventually(2*time.Minute, "the writer's mount back", func() (bool, error) {
+		out, err := s.exec(tenantNS, "writer", "c", "cat", "/data/who")
+		return err == nil && out == "tenant\n", fmt.Errorf("%q, %v", out, err)
 	})
 	tenant.pod("reader", "tenant", "cat /data/who", podOpts{})
 	if out := tenant.waitPod("reader", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "tenant") {

@@ -4,9 +4,9 @@ driver's, and each of mounter.pvcNamespaces). Mounter pods take no
 connection but Prometheus's, on their metrics port, from the namespace
 mounter.metricsFrom names: their metrics name every tenant's bucket and
 prefix. (The node plugin reaches a mounter through a Unix socket, which no
-network policy concerns.) It selects pods by objfuse.csi.io/mounter, which
-only the driver sets, not by a label others' pods in a PVC's namespace
-may carry.
+network policy concerns.) It selects pods by objfuse.csi.io/mounter, the
+driver's own label, not by the common component label that others' pods
+in a PVC's namespace may carry.
 */}}
 {{- define "objfuse.mounterNetworkPolicy" -}}
 apiVersion: networking.k8s.io/v1
