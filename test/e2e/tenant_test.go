@@ -56,8 +56,12 @@ func TestMountersInThePVCNamespace(t *testing.T) {
 	})
 	tenant.pvc("tenant", tenantSC, corev1.ReadWriteMany)
 	pv := tenant.boundPV("tenant")
-	// The writer stays, holding the volume attached and its mount.
-	tenant.pod("writer", "tenant", "set -e; echo tenant > /data/who; sync; echo wrote $(cat /data/who); sleep 3600", podOpts{})
+	// The writer stays, holding the volume attached and its mount (with
+	// HostToContainer propagation, which sees a mount repaired: a new
+	// mounter pod starts without its predecessor's state, so the node
+	// mounts the volume again rather than hands the connection over).
+	h2c := corev1.MountPropagationHostToContainer
+	tenant.pod("writer", "tenant", "set -e; echo tenant > /data/who; sync; echo wrote $(cat /data/who); sleep 3600", podOpts{propagation: &h2c})
 	if got := tenant.awaitLog("writer", "wrote "); got != "tenant" {
 		t.Fatalf("writer read back %q", got)
 	}
