@@ -76,16 +76,19 @@ type node struct {
 	// count is the lookups this FS holds on the inner node for it; the
 	// kernel's FORGET gives back at most that many.
 	count uint64
-	// inherited: its id is a predecessor's (revived or adopted), so the
-	// kernel's count for it holds lookups this process cannot count. A
-	// FORGET cannot tell whether it ends the inode the kernel makes of a
-	// reply of this process or the one it made of the predecessor's and
-	// is evicting now (a dentry of the old epoch dropped as the name is
-	// looked up again): the two cross. When its count here comes to
-	// zero, it goes back among the predecessor's nodes (forget): its id
-	// stays known, revived by name on its next use, at the cost of a
-	// saved place until the connection ends.
-	inherited bool
+	// revived: its id is a predecessor's, taken in on its use.
+	revived bool
+	// pinned: a lookup reply gave the kernel a predecessor's id again
+	// (adopt, or a revived node found again), so the kernel's count for
+	// it holds lookups this process cannot count, and a FORGET cannot
+	// tell whether it ends the inode the kernel makes of this reply or
+	// the one it made of the predecessor's and is evicting now (a dentry
+	// of the old epoch dropped as the name is looked up again): the two
+	// cross. The node keeps one inner lookup for the connection's life,
+	// so that its id, and a handle opened on it, stay good while the
+	// kernel may hold it. The cost is bounded by what the predecessor
+	// gave out.
+	pinned bool
 	SavedNode
 }
 
@@ -301,7 +304,7 @@ func (t *FS) reviveNode(id uint64) (uint64, fuse.Status) {
 	if cur, ok := t.old.Nodes[id]; ok {
 		saved = cur // renamed meanwhile
 	}
-	t.nodes[id] = &node{inner: out.NodeId, count: 1, inherited: true, SavedNode: saved}
+	t.nodes[id] = &node{inner: out.NodeId, count: 1, revived: true, SavedNode: saved}
 	if _, ok := t.byInner[out.NodeId]; !ok {
 		t.byInner[out.NodeId] = id
 	}
@@ -331,6 +334,7 @@ func (t *FS) entered(parent uint64, name string, out *fuse.EntryOut, made bool) 
 	if ok {
 		n := t.nodes[id]
 		n.count++
+		n.pinned = n.pinned || n.revived
 		if name != "" && (n.Parent != parent || n.Name != name) && id != rootID {
 			// Known under another name (moved by another mount and
 			// found again): its latest name is how it is found.
@@ -370,7 +374,7 @@ func (t *FS) adopt(parent uint64, name string, out *fuse.EntryOut, made bool) (u
 	if !ok || saved.Type != out.Mode&syscall.S_IFMT {
 		return 0, false
 	}
-	t.nodes[id] = &node{inner: out.NodeId, count: 1, inherited: true, SavedNode: saved}
+	t.nodes[id] = &node{inner: out.NodeId, count: 1, pinned: true, SavedNode: saved}
 	t.byInner[out.NodeId] = id
 	delete(t.old.Nodes, id)
 	t.stats.RevivedNodes.Add(1)
@@ -446,16 +450,14 @@ func (t *FS) forget(id, nlookup uint64) (inner, count uint64) {
 	// A revived node's count holds only this process's lookups; the
 	// kernel's includes its predecessors'.
 	count = min(nlookup, n.count)
+	if n.pinned {
+		count = min(nlookup, n.count-1)
+	}
 	n.count -= count
 	if n.count == 0 && id != rootID {
 		delete(t.nodes, id)
 		if t.byInner[n.inner] == id {
 			delete(t.byInner, n.inner)
-		}
-		if n.inherited {
-			// Known still, by the place the journal holds for it.
-			t.old.Nodes[id] = n.SavedNode
-			return n.inner, count
 		}
 		if k := (childKey{n.Parent, n.Name}); t.children[k] == id {
 			delete(t.children, k)
