@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
-	"github.com/objfuse/objfuse/volume"
 )
 
 // credentialsSyncEvery is how often Run copies rotated
@@ -44,7 +43,7 @@ func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
 			continue
 		}
 		ns := "" // the driver's; also of a PV no mounter could be published for
-		if v, err := volume.FromContext(c.VolumeHandle, c.VolumeAttributes, k.Volumes); err == nil {
+		if v, err := k.volumeOf(c); err == nil {
 			ns = v.Mounter.Namespace
 		}
 		pvsOf[c.VolumeHandle] = append(pvsOf[c.VolumeHandle], pv)

@@ -34,10 +34,8 @@ func (f Finder) pod(ctx context.Context, m spec.Mounter) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get mounter pod %s/%s: %w", ns, m.PodName(), err)
 	}
-	if ns != f.Namespace {
-		if err := spec.Made(pod, m); err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", ns, pod.Name, err)
-		}
+	if err := madeOutside(f.Namespace, pod, m); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, pod.Name, err)
 	}
 	return pod, nil
 }

@@ -73,7 +73,7 @@ func (k *Kube) ensurePod(ctx context.Context, m spec.Mounter, want *corev1.Pod) 
 		if err != nil {
 			return nil, fmt.Errorf("get mounter pod %s: %w", want.Name, err)
 		}
-		if err := k.madeHere(pod, m); err != nil {
+		if err := madeOutside(k.Namespace, pod, m); err != nil {
 			return nil, fmt.Errorf("%w: %v: delete pod %s/%s", ErrFailed, err, pod.Namespace, pod.Name)
 		}
 		if alive(pod) {

@@ -98,11 +98,18 @@ func (k *Kube) forbiddenElsewhere(ns string, err error) bool {
 	return ns != k.Namespace && apierrors.IsForbidden(err)
 }
 
-// madeHere checks, outside the driver's namespace, where others may
-// create pods, that a pod of m's name is one the driver made.
-func (k *Kube) madeHere(pod *corev1.Pod, m spec.Mounter) error {
-	if pod.Namespace == k.Namespace {
+// madeOutside checks, outside the driver's namespace (driverNamespace),
+// where others may create pods, that a pod of m's name is one the
+// driver made.
+func madeOutside(driverNamespace string, pod *corev1.Pod, m spec.Mounter) error {
+	if pod.Namespace == driverNamespace {
 		return nil
 	}
 	return spec.Made(pod, m)
+}
+
+// volumeOf is the volume a PersistentVolume of the driver's names, as
+// ControllerPublishVolume reads it from the same attributes.
+func (k *Kube) volumeOf(src *corev1.CSIPersistentVolumeSource) (volume.Volume, error) {
+	return volume.FromContext(src.VolumeHandle, src.VolumeAttributes, k.Volumes)
 }

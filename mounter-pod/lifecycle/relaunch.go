@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
-	"github.com/objfuse/objfuse/volume"
 )
 
 // mounterCheckEvery is how often Run checks that every
@@ -50,7 +49,7 @@ func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
 			continue // gone meanwhile, or not ours
 		}
 		src := pv.Spec.CSI
-		v, err := volume.FromContext(src.VolumeHandle, src.VolumeAttributes, k.Volumes)
+		v, err := k.volumeOf(src)
 		if err != nil {
 			k.Logger.Error("relaunch mounter: the volume's attributes", "volume", src.VolumeHandle, "err", err)
 			continue

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
-	"github.com/objfuse/objfuse/volume"
 )
 
 // Stop deletes m's mounter pod, once it has drained, and its Secret.
@@ -114,7 +113,7 @@ func (k *Kube) mounterNamespace(m spec.Mounter) (string, bool) {
 	}
 	for _, pv := range pvs {
 		if c := pv.Spec.CSI; c != nil && c.Driver == k.Driver && c.VolumeHandle == m.VolumeID {
-			v, err := volume.FromContext(c.VolumeHandle, c.VolumeAttributes, k.Volumes)
+			v, err := k.volumeOf(c)
 			if err != nil {
 				return "", false
 			}
