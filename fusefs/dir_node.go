@@ -452,6 +452,7 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		return errno(err)
 	}
+	n.countRemoved(f, name)
 	if f != nil {
 		f.markUnlinked()
 		n.fsys.unplace(&f.Inode)
@@ -471,14 +472,20 @@ func (n *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	return nil, syscall.ENOTSUP
 }
 
-// Statfs reports an effectively unlimited filesystem: S3 has no capacity.
+// Statfs reports the volume's capacity and usage under a quota, else an
+// effectively unlimited filesystem: S3 has no capacity.
 func (n *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	const blocks = 1 << 40 // 4 PiB of 4 KiB blocks
-	out.Bsize = 4096
-	out.Frsize = 4096
+	const bsize = 4096
+	blocks, free := uint64(1<<40), uint64(1<<40) // 4 PiB
+	if capacity, used := n.fsys.Usage(); capacity > 0 {
+		blocks = uint64(capacity) / bsize
+		free = uint64(max(0, capacity-used)) / bsize
+	}
+	out.Bsize = bsize
+	out.Frsize = bsize
 	out.Blocks = blocks
-	out.Bfree = blocks
-	out.Bavail = blocks
+	out.Bfree = free
+	out.Bavail = free
 	out.Files = 1 << 40
 	out.Ffree = 1 << 40
 	out.NameLen = maxNameLen

@@ -112,6 +112,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 				f.own.note(o.ETag)
 			}
 		}
+		dst.countRemoved(replaced, newName)
 		if replaced != nil {
 			// Its key goes now (a sync that wakes finds it has no name
 			// and keeps its bytes), the rest once the move is done.

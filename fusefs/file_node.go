@@ -71,6 +71,8 @@ type fileNode struct {
 	// upload is where the content stands with its upload, and which
 	// failure the file's writers have still to hear of.
 	upload uploadState
+	// charge is the file's part of the quota's count while it is written.
+	charge quotaCharge
 }
 
 var (

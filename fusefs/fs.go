@@ -76,6 +76,9 @@ type FS struct {
 	// inodes keeps the inode table within Options.MaxInodes.
 	inodes *inodeTable
 
+	// quota enforces Options.Capacity; nil without one.
+	quota *quota
+
 	// cache holds ranges read at random; nil without Options.ReadCacheSize.
 	cache *readcache.Cache
 
@@ -168,6 +171,9 @@ func New(st store.Store, opts Options) (*FS, error) {
 		f.journal = j
 	}
 	f.inodes = newInodeTable(opts.MaxInodes)
+	if opts.Capacity > 0 {
+		f.quota = newQuota(f)
+	}
 	f.root = &dirNode{fsys: f}
 	f.root.attr = f.dirAttrs()
 	f.root.hasMarker = true // the root never needs a marker to exist
@@ -182,6 +188,9 @@ func (f *FS) dirAttrs() attrs {
 // Close frees what the filesystem holds outside memory (the read
 // cache's files, the journal's lock). Call it once the mount is gone.
 func (f *FS) Close() error {
+	if f.quota != nil {
+		f.quota.close()
+	}
 	if f.journal != nil {
 		f.journal.close()
 	}

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -71,7 +72,15 @@ type Options struct {
 	// NoSplice keeps readahead in buffers even when the store's bodies
 	// could splice into pipes (an escape hatch; splicing is cheaper).
 	NoSplice bool
-	Logger   *slog.Logger
+	// Capacity, above zero, is the volume's size enforced as a quota
+	// (quota.go); SetCapacity changes it. QuotaRefresh is how often the
+	// usage is summed from a listing (default DefaultQuotaRefresh), and
+	// CapacitySource, when set, is asked for the capacity at each sum:
+	// the size recorded where an expansion writes it.
+	Capacity       int64
+	QuotaRefresh   time.Duration
+	CapacitySource func(context.Context) (int64, error)
+	Logger         *slog.Logger
 
 	// waits are timing choices tests stretch (export_test.go), so that a
 	// loaded machine cannot turn one into a failure.
@@ -129,6 +138,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.MaxInodes == 0 {
 		o.MaxInodes = DefaultMaxInodes
+	}
+	if o.QuotaRefresh == 0 {
+		o.QuotaRefresh = DefaultQuotaRefresh
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

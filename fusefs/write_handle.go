@@ -16,6 +16,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if n.upload.lostTo() != nil {
 		return 0, syscall.EIO
 	}
+	n.beginChargeLocked()
 	if !n.local() {
 		if n.attr.size == 0 && off == 0 && !h.append {
 			if err := n.startEmptyLocked(); err != nil {
@@ -33,6 +34,12 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		// The kernel's pages and size are wrong from here on.
 		off = n.size()
 		n.dropKernelCacheLater()
+	}
+	if fit := n.fitLocked(ctx, off, len(data)); fit < len(data) {
+		if fit == 0 {
+			return 0, syscall.ENOSPC // the volume's capacity: a short write first kept what fit
+		}
+		data = data[:fit]
 	}
 	if n.stream != nil && off != n.stream.size {
 		if err := n.toStaging(ctx); err != nil {

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"github.com/objfuse/objfuse/fusefs/store"
 )
@@ -138,6 +139,7 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 	if size == n.size() && n.local() {
 		return nil
 	}
+	n.beginChargeLocked()
 	if size == 0 {
 		if err := n.startEmptyLocked(); err != nil {
 			return err
@@ -150,6 +152,9 @@ func (n *fileNode) truncateLocked(ctx context.Context, size int64) error {
 	}
 	if err := n.keepJournaledLocked(); err != nil {
 		return err
+	}
+	if !n.extendLocked(ctx, size) {
+		return syscall.ENOSPC // past the volume's capacity
 	}
 	if err := n.staging.Truncate(size); err != nil {
 		return err

@@ -101,6 +101,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		return syscall.EIO
 	}
 	n.fsys.stats.Uploads.Add(1)
+	n.settleChargeLocked(true, a.size)
 	n.settleJournalLocked()
 	n.own.note(a.etag)
 	n.attr, n.attrAt = a, time.Now()
@@ -154,6 +155,7 @@ func (n *fileNode) uploadLeftLocked() {
 		n.upload.owe(n.upload.lostTo())
 		n.reportLost(n.upload.lostTo())
 	}
+	n.settleChargeLocked(false, 0) // what was not uploaded is gone
 	n.dropLocal()
 	n.upload.lastClosed()
 }
