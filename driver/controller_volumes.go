@@ -22,9 +22,9 @@ import (
 // bucket, metadata on a prefix's marker object.
 const (
 	tagVolume   = "objfuse.csi.io/volume-name"
-	tagCapacity = "objfuse.csi.io/capacity"
+	tagCapacity = volume.TagCapacity
 	metaVolume  = "Objfuse-Volume-Name"
-	metaCap     = "Objfuse-Capacity"
+	metaCap     = volume.MetaCapacity
 )
 
 // requestedCapacity is the size to record: S3 has no size, so it is what
@@ -62,6 +62,9 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err == nil {
 		err = p.ResolveMounterNamespace(req.GetParameters()[volume.ParamPVCNamespace])
 	}
+	if _, set := req.GetParameters()[volume.ParamCapacityBytes]; set && err == nil {
+		err = &volume.ParseError{Param: volume.ParamCapacityBytes, Reason: "a volume's size is its PVC's storage request; " + volume.ParamEnforceCapacity + " says whether it is enforced"}
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "StorageClass %v", err)
 	}
@@ -91,6 +94,9 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	if err != nil {
 		return nil, err
+	}
+	if p.EnforceCapacity && capacity > 0 {
+		v.Mount[volume.ParamCapacityBytes] = strconv.FormatInt(capacity, 10)
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      v.ID.String(),

@@ -26,7 +26,10 @@ func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	caps := []*csi.PluginCapability{}
+	// Expansion is online: a mounter takes a new size while it serves.
+	caps := []*csi.PluginCapability{{Type: &csi.PluginCapability_VolumeExpansion_{
+		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE},
+	}}}
 	if s.controller {
 		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE},

@@ -55,6 +55,7 @@ var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
 	csi.NodeServiceCapability_RPC_VOLUME_CONDITION,
 	csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
 	csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 }
 
 func (n *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {

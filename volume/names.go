@@ -119,3 +119,12 @@ func validateQuantity(param, v string) error {
 	}
 	return nil
 }
+
+// Where CreateVolume records a volume's size, and ControllerExpandVolume
+// a new one, for mounters to read: a tag on the volume's bucket, or user
+// metadata on its marker object in a shared bucket (as the S3 API names
+// it; the store's Head gives it lower-case).
+const (
+	TagCapacity  = "objfuse.csi.io/capacity"
+	MetaCapacity = "Objfuse-Capacity"
+)

@@ -62,6 +62,8 @@ var MountOptionTable = []MountOption{
 		Usage: "bound on memory for written data not yet uploaded and for readahead, in MiB (beyond it, writes wait for uploads or go to staging files)"},
 	{Param: ParamReadCacheMiB, Flag: "read-cache-mib", Kind: Whole, Min: 0, Max: 1 << 20, Default: "0",
 		Usage: "keep up to this many MiB of randomly read ranges in local files, so reading them again needs no GET (0: no cache)"},
+	{Param: ParamCapacityBytes, Flag: "capacity", Kind: Whole, Min: 0, Max: 1 << 62, Default: "0",
+		Usage: "the volume's size in bytes, enforced: a write past it fails with ENOSPC and statfs shows it (0: no quota; a mounter pod gets its PVC's size, and a larger one recorded by an expansion)"},
 }
 
 // mountOption is the table's row for param.

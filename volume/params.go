@@ -48,6 +48,15 @@ const (
 	// ParamReadCacheMiB turns on the mounter's local cache of randomly
 	// read ranges, in its staging emptyDir (whose size limit must allow it).
 	ParamReadCacheMiB = "readCacheMiB"
+	// ParamCapacityBytes in a volume context is the volume's size, which
+	// the mounter enforces as a quota (ENOSPC beyond it, statfs shows
+	// it): CreateVolume writes the PVC's request there; a static PV may
+	// set it. An expansion records the new size on the bucket or marker
+	// (TagCapacity, MetaCapacity), where mounters read it.
+	ParamCapacityBytes = "capacityBytes"
+	// ParamEnforceCapacity "false" in a StorageClass records a volume's
+	// size without enforcing it (S3 itself has no size).
+	ParamEnforceCapacity = "enforceCapacity"
 
 	// Mounter pod resources, overriding the driver's mounter template.
 	ParamMounterMemoryLimit = "mounterMemoryLimit"
@@ -91,6 +100,8 @@ type Params struct {
 	BasePrefix string
 	Mount      MountOptions
 	Mounter    MounterResources
+	// EnforceCapacity: the volume's size is a quota (ParamCapacityBytes).
+	EnforceCapacity bool
 }
 
 // S3 says where a volume's bucket lives.
@@ -136,6 +147,7 @@ var known = func() map[string]bool {
 	k := map[string]bool{
 		ParamEndpoint: true, ParamRegion: true, ParamPathStyle: true, ParamBucket: true, ParamPrefix: true,
 		ParamMounterMemoryLimit: true, ParamMounterCPURequest: true, ParamMounterNamespace: true,
+		ParamEnforceCapacity: true,
 	}
 	for _, o := range MountOptionTable {
 		k[o.Param] = true
@@ -184,6 +196,12 @@ func ParseParams(in map[string]string, def Defaults) (Params, error) {
 	}
 	if p.Mount, err = ParseMountOptions(in); err != nil {
 		return Params{}, err
+	}
+	p.EnforceCapacity = true
+	if v, ok := in[ParamEnforceCapacity]; ok {
+		if p.EnforceCapacity, err = strconv.ParseBool(v); err != nil {
+			return Params{}, &ParseError{Param: ParamEnforceCapacity, Value: v, Reason: "want true (the PVC's size is a quota) or false (recorded only)"}
+		}
 	}
 	p.Mounter = MounterResources{MemoryLimit: in[ParamMounterMemoryLimit], CPURequest: in[ParamMounterCPURequest], Namespace: in[ParamMounterNamespace]}
 	if ns := p.Mounter.Namespace; ns != "" {

@@ -80,4 +80,5 @@ func takeMountOptions(c *serve.Config, m volume.MountOptions) {
 	c.FS.Concurrency = int(m.Int(volume.ParamConcurrency))
 	c.FS.MemoryLimit = m.Int(volume.ParamMemoryLimitMiB) << 20
 	c.FS.ReadCacheSize = m.Int(volume.ParamReadCacheMiB) << 20
+	c.FS.Capacity = m.Int(volume.ParamCapacityBytes)
 }

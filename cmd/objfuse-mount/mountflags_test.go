@@ -21,6 +21,7 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 		volume.ParamStatTTL: "3s", volume.ParamListTTL: "4000ms", volume.ParamAsyncClose: "true",
 		volume.ParamBatchSmallUploads: "false", volume.ParamPartSizeMiB: "16", volume.ParamConcurrency: "7",
 		volume.ParamMemoryLimitMiB: "256", volume.ParamReadCacheMiB: "32", volume.ParamTakeover: "false",
+		volume.ParamCapacityBytes: "67108864",
 	}
 	want := func(c *serve.Config) map[string]bool {
 		return map[string]bool{
@@ -30,7 +31,7 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 			volume.ParamAsyncClose: c.FS.AsyncClose, volume.ParamBatchSmallUploads: c.S3.NoBatching,
 			volume.ParamPartSizeMiB: c.FS.PartSize == 16<<20, volume.ParamConcurrency: c.FS.Concurrency == 7,
 			volume.ParamMemoryLimitMiB: c.FS.MemoryLimit == 256<<20, volume.ParamReadCacheMiB: c.FS.ReadCacheSize == 32<<20,
-			volume.ParamTakeover: !c.Takeover,
+			volume.ParamTakeover: !c.Takeover, volume.ParamCapacityBytes: c.FS.Capacity == 64<<20,
 		}
 	}
 	for _, o := range volume.MountOptionTable {

@@ -45,6 +45,10 @@ const (
 	// container restarts (with a new image, after an upgrade) and takes
 	// the connection over. No write is lost, none fails.
 	OpHandOver = "handover"
+	// OpResize, at NodeExpandVolume, gives a serving mounter its volume's
+	// new size (Request.CapacityBytes) at once; mounters elsewhere read
+	// it where the expansion recorded it at their next count.
+	OpResize = "resize"
 )
 
 // Modes a mount survives its mounter in (Reply.Mode).
@@ -77,6 +81,8 @@ type Request struct {
 	// image: kubelet stops the container (SIGTERM) and starts the new
 	// image in the same pod, which takes the connection over.
 	AtSignal bool `json:"atSignal,omitempty"`
+	// CapacityBytes, with OpResize, is the volume's new size.
+	CapacityBytes int64 `json:"capacityBytes,omitempty"`
 }
 
 // Reply is what the mounter answers.

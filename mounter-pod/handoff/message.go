@@ -22,7 +22,7 @@ const (
 )
 
 // ops are the requests a mounter knows.
-var ops = []string{OpServe, OpStatus, OpExit, OpLend, OpHandOver}
+var ops = []string{OpServe, OpStatus, OpExit, OpLend, OpHandOver, OpResize}
 
 // parseRequest reads one request as a mounter receives it.
 func parseRequest(body []byte) (Request, error) {

@@ -14,6 +14,7 @@ import (
 const (
 	ProvisionerSecret = "csi.storage.k8s.io/provisioner-secret"
 	PublishSecret     = "csi.storage.k8s.io/controller-publish-secret"
+	ExpandSecret      = "csi.storage.k8s.io/controller-expand-secret"
 )
 
 // Keys a credentials Secret holds: the file names the mounter reads.

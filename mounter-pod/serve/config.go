@@ -91,6 +91,9 @@ func (c Config) Open(ctx context.Context) (*fusefs.FS, error) {
 	opts := c.FS
 	opts.Prefix = c.Prefix
 	opts.Logger = c.Logger
+	if opts.Capacity > 0 && opts.CapacitySource == nil {
+		opts.CapacitySource = c.recordedCapacity(st)
+	}
 	if opts.JournalDir == "" {
 		opts.JournalDir = filepath.Join(opts.WithDefaults().StagingDir, "objfuse-journal-"+c.volumeHash())
 	}

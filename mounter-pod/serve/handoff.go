@@ -254,6 +254,17 @@ func (m *mounter) handle(req handoff.Request, fd int) handoff.Reply {
 		return handoff.Reply{OK: true, Serving: true, Source: src, Mode: m.mode()}
 	case handoff.OpLend:
 		return m.lend(fd)
+	case handoff.OpResize:
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+		if req.CapacityBytes <= 0 {
+			return handoff.Reply{Error: fmt.Sprintf("resize needs a size above zero, not %d", req.CapacityBytes), Source: src}
+		}
+		// A mount without a quota (enforceCapacity "false", a static
+		// volume without capacityBytes) has nothing to change.
+		m.current().SetCapacity(req.CapacityBytes)
+		return handoff.Reply{OK: true, Serving: m.isServing(), Source: src}
 	case handoff.OpHandOver:
 		if fd >= 0 {
 			syscall.Close(fd)
