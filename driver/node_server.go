@@ -103,6 +103,9 @@ func (n *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	if note := n.state.pendingNote(req.GetVolumeId()); note != "" {
 		condition += "; " + note
 	}
+	if note := nearlyFull(fs.Blocks, fs.Bavail, bs); note != "" {
+		condition += "; " + note
+	}
 	return &csi.NodeGetVolumeStatsResponse{
 		Usage: []*csi.VolumeUsage{
 			{Unit: csi.VolumeUsage_BYTES, Total: int64(fs.Blocks) * bs, Available: int64(fs.Bavail) * bs, Used: int64(fs.Blocks-fs.Bfree) * bs},
@@ -110,6 +113,15 @@ func (n *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 		},
 		VolumeCondition: &csi.VolumeCondition{Abnormal: false, Message: condition},
 	}, nil
+}
+
+// nearlyFull warns of a volume with a tenth or less of its size left,
+// before its writers meet ENOSPC.
+func nearlyFull(blocks, avail uint64, bs int64) string {
+	if blocks == 0 || avail*10 > blocks {
+		return ""
+	}
+	return fmt.Sprintf("%d%% of its %d MiB used: writes past its size fail with ENOSPC; expand the PVC (kubectl patch its spec.resources.requests.storage) or delete files", 100-avail*100/blocks, int64(blocks)*bs>>20)
 }
 
 func abnormal(why string) *csi.NodeGetVolumeStatsResponse {

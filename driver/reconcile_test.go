@@ -178,9 +178,16 @@ func publishedVolume(t *testing.T, env *csitest.Env, name, staging string, targe
 // publishedVolumeWith is publishedVolume of a StorageClass with params.
 func publishedVolumeWith(t *testing.T, env *csitest.Env, name string, params map[string]string, staging string, targets map[string]bool) (id string, vctx map[string]string) {
 	t.Helper()
+	return publishedVolumeOf(t, env, &csi.CreateVolumeRequest{Name: name, Parameters: params}, staging, targets)
+}
+
+// publishedVolumeOf is publishedVolume of the volume req asks for.
+func publishedVolumeOf(t *testing.T, env *csitest.Env, req *csi.CreateVolumeRequest, staging string, targets map[string]bool) (id string, vctx map[string]string) {
+	t.Helper()
 	ctx := context.Background()
 	capRW := mountCap()[0]
-	vol, err := env.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params, VolumeCapabilities: mountCap(), Secrets: env.Secrets})
+	req.VolumeCapabilities, req.Secrets = mountCap(), env.Secrets
+	vol, err := env.Controller.CreateVolume(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
