@@ -1,6 +1,6 @@
-// Wrapper module: builds csi-provisioner v6.3.0 and csi-attacher v4.12.0 from
-// the Go module proxy for the objfuse-sidecars image (deploy/image/build.sh).
-// One module for both, on the same Kubernetes libraries (v0.36.1), so a cold
+// Wrapper module: builds csi-provisioner v6.3.0, csi-attacher v4.12.0 and
+// csi-resizer v2.2.0 from the Go module proxy for the objfuse-sidecars image
+// (deploy/image/build.sh). One module for all, on the same Kubernetes libraries (v0.36.1), so a cold
 // build compiles client-go and its dependencies once. The upstream modules
 // have replace directives, so `go install` refuses them; they are copied here.
 module github.com/objfuse/objfuse/deploy/image/sidecars
@@ -10,6 +10,7 @@ go 1.26.0
 require (
 	github.com/kubernetes-csi/external-attacher/v4 v4.12.0
 	github.com/kubernetes-csi/external-provisioner/v6 v6.3.0
+	github.com/kubernetes-csi/external-resizer/v2 v2.2.0
 )
 
 require (
