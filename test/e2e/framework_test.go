@@ -144,13 +144,18 @@ func (s *suite) eventually(d time.Duration, what string, cond func() (bool, erro
 
 func (s *suite) pvc(name, sc string, mode corev1.PersistentVolumeAccessMode) *corev1.PersistentVolumeClaim {
 	s.t.Helper()
+	return s.pvcOfSize(name, sc, mode, "1Gi")
+}
+
+func (s *suite) pvcOfSize(name, sc string, mode corev1.PersistentVolumeAccessMode, size string) *corev1.PersistentVolumeClaim {
+	s.t.Helper()
 	pvc, err := s.kc.CoreV1().PersistentVolumeClaims(s.ns).Create(s.ctx(), &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{mode},
 			StorageClassName: &sc,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceStorage: resource.MustParse("1Gi"),
+				corev1.ResourceStorage: resource.MustParse(size),
 			}},
 		},
 	}, metav1.CreateOptions{})
