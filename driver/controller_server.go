@@ -23,7 +23,8 @@ type controllerServer struct {
 	csi.UnimplementedControllerServer
 	s3       *s3Admins
 	launcher lifecycle.Launcher
-	locks    keyLocks // "create/<name>" and "publish/<mounter key>"
+	locks    keyLocks // "create/<name>", "snapshot/<name>" and "publish/<mounter key>"
+	copies   copies   // snapshots and volumes being filled
 	log      *slog.Logger
 	// namespaces are where mounters may run: CreateVolume refuses a
 	// volume whose mounters could not.
@@ -38,6 +39,8 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 }
 
 func (c *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {

@@ -51,9 +51,6 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "objfuse does not clone volumes or restore snapshots (dataSource must be empty)")
-	}
 	capacity, err := requestedCapacity(req.GetCapacityRange())
 	if err != nil {
 		return nil, err
@@ -83,6 +80,16 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer c.locks.lock("create/" + name)()
+	var from content
+	if src := req.GetVolumeContentSource(); src != nil {
+		limit := int64(0)
+		if p.EnforceCapacity {
+			limit = capacity
+		}
+		if from, err = c.contentOf(ctx, a, p.S3.Endpoint, src, limit); err != nil {
+			return nil, err
+		}
+	}
 
 	v := volume.Volume{ID: volume.ID{S3: p.S3}, Mount: p.Mount, Mounter: p.Mounter}
 	if p.SharedBucket == "" {
@@ -98,10 +105,16 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if p.EnforceCapacity && capacity > 0 {
 		v.Mount[volume.ParamCapacityBytes] = strconv.FormatInt(capacity, 10)
 	}
+	if src := req.GetVolumeContentSource(); src != nil {
+		if err := c.fill(ctx, a, name, v.ID, from); err != nil {
+			return nil, err
+		}
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      v.ID.String(),
 		CapacityBytes: capacity,
 		VolumeContext: v.Context(),
+		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
 }
 
@@ -237,13 +250,19 @@ func (c *controllerServer) deleteBucket(ctx context.Context, a *s3store.Admin, i
 		c.log.Warn("delete: bucket was not made by objfuse; leaving it and its data", "bucket", id.Bucket)
 		return nil
 	}
-	if err := a.RemoveAll(ctx, id.Bucket, ""); err != nil {
+	return c.removeBucket(ctx, a, id.Bucket)
+}
+
+// removeBucket removes a bucket the driver made, and its objects.
+func (c *controllerServer) removeBucket(ctx context.Context, a *s3store.Admin, bucket string) error {
+	what := fmt.Sprintf("delete bucket %q", bucket)
+	if err := a.RemoveAll(ctx, bucket, ""); err != nil {
 		return s3Status(err, what+": remove objects")
 	}
-	if err := a.RemoveBucket(ctx, id.Bucket); err != nil && !errors.Is(err, store.ErrNoBucket) {
+	if err := a.RemoveBucket(ctx, bucket); err != nil && !errors.Is(err, store.ErrNoBucket) {
 		return s3Status(err, what)
 	}
-	c.log.Info("deleted bucket", "bucket", id.Bucket)
+	c.log.Info("deleted bucket", "bucket", bucket)
 	return nil
 }
 

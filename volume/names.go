@@ -128,3 +128,16 @@ const (
 	TagCapacity  = "objfuse.csi.io/capacity"
 	MetaCapacity = "Objfuse-Capacity"
 )
+
+// SnapshotPrefixFor is where a snapshot named name of the volume at
+// prefix (in a shared bucket) goes: beside the volumes, under
+// .objfuse-snapshots/ in the same base prefix, out of every volume's
+// reach. A snapshot of a volume with a bucket of its own gets a bucket of
+// its own (BucketFor).
+func SnapshotPrefixFor(volumePrefix, name string) string {
+	base := ""
+	if i := strings.LastIndex(strings.TrimSuffix(volumePrefix, "/"), "/"); i >= 0 {
+		base = volumePrefix[:i+1]
+	}
+	return PrefixFor(base+".objfuse-snapshots/", name)
+}

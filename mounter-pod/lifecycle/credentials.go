@@ -15,6 +15,7 @@ const (
 	ProvisionerSecret = "csi.storage.k8s.io/provisioner-secret"
 	PublishSecret     = "csi.storage.k8s.io/controller-publish-secret"
 	ExpandSecret      = "csi.storage.k8s.io/controller-expand-secret"
+	SnapshotSecret    = "csi.storage.k8s.io/snapshotter-secret"
 )
 
 // Keys a credentials Secret holds: the file names the mounter reads.
