@@ -24,7 +24,7 @@ type copyJob struct {
 	done chan struct{}
 	err  error // once done
 
-	mu          sync.Mutex
+	mu           sync.Mutex
 	total, sofar s3store.CopyProgress
 }
 
