@@ -12,7 +12,8 @@
 # pause) only when their inputs changed (REBUILD=1 forces it).
 # Images (no `latest` tags; they run as non-root unless the pod asks for root):
 #   objfuse:TAG           /objfuse-csi, /objfuse-mount, /bin/sh (busybox)   user 65532
-#   objfuse-sidecars:TAG  /csi-provisioner (v6.3.0), /csi-attacher (v4.12.0), /csi-resizer (v2.2.0) user 65532
+#   objfuse-sidecars:TAG  /csi-provisioner (v6.3.0), /csi-attacher (v4.12.0), /csi-resizer (v2.2.0),
+#                         /csi-snapshotter and /snapshot-controller (v8.7.0)  user 65532
 #   objfuse-test:TAG      busybox: sh, sha256sum, dd, ...                    user 0
 #   objfuse-minio:TAG     /minio (from $(go env GOPATH)/bin/minio)           user 65532
 #   objfuse-pause:TAG     /pause, the local cluster's pod sandbox            user 65535
@@ -123,11 +124,13 @@ build_objfuse() {
 
 build_sidecars() {
   local r=$OUT/rootfs/sidecars
-  if fresh objfuse-sidecars deploy/image/sidecars/go.mod "$0"; then import_only objfuse-sidecars; return; fi
+  if fresh objfuse-sidecars deploy/image/sidecars/go.mod deploy/image/snapshotter/go.mod "$0"; then import_only objfuse-sidecars; return; fi
   rootfs "$r"
   LDX="-X main.version=v6.3.0" gobuild deploy/image/sidecars "$r" github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
   LDX="-X main.version=v4.12.0" gobuild deploy/image/sidecars "$r" github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
   LDX="-X main.version=v2.2.0" gobuild deploy/image/sidecars "$r" github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
+  LDX="-X main.version=v8.7.0" gobuild deploy/image/snapshotter "$r" github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter \
+    github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
   rmdir "$r/bin"
   image objfuse-sidecars "$r" 65532:65532 /csi-provisioner
 }

@@ -90,6 +90,14 @@ fi
 
 # --- MinIO and objfuse --------------------------------------------------------
 step "deploying MinIO and objfuse ($OVERLAY)"
+# The snapshot CRDs first: the overlay holds a VolumeSnapshotClass. They
+# come from the external-snapshotter module deploy/image/snapshotter pins.
+crds=$(cd deploy/image/snapshotter && go mod download github.com/kubernetes-csi/external-snapshotter/client/v8 &&
+  go list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)/config/crd
+k apply -f "$crds/snapshot.storage.k8s.io_volumesnapshotclasses.yaml" -f "$crds/snapshot.storage.k8s.io_volumesnapshotcontents.yaml" \
+  -f "$crds/snapshot.storage.k8s.io_volumesnapshots.yaml" >&2
+k wait --for condition=established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
+  crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >&2
 existed=$(k -n objfuse-system get deployment/objfuse-controller daemonset/objfuse-node -o name 2>/dev/null || true)
 k apply -k "$OVERLAY" >&2
 if [ -n "$existed" ]; then
