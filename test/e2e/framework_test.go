@@ -149,7 +149,16 @@ func (s *suite) pvc(name, sc string, mode corev1.PersistentVolumeAccessMode) *co
 
 func (s *suite) pvcOfSize(name, sc string, mode corev1.PersistentVolumeAccessMode, size string) *corev1.PersistentVolumeClaim {
 	s.t.Helper()
-	pvc, err := s.kc.CoreV1().PersistentVolumeClaims(s.ns).Create(s.ctx(), &corev1.PersistentVolumeClaim{
+	pvc, err := s.kc.CoreV1().PersistentVolumeClaims(s.ns).Create(s.ctx(), s.pvcSpec(name, sc, mode, size), metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return pvc
+}
+
+// pvcSpec is a PVC of class sc, access mode and size, not created yet.
+func (s *suite) pvcSpec(name, sc string, mode corev1.PersistentVolumeAccessMode, size string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{mode},
@@ -158,11 +167,7 @@ func (s *suite) pvcOfSize(name, sc string, mode corev1.PersistentVolumeAccessMod
 				corev1.ResourceStorage: resource.MustParse(size),
 			}},
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		s.t.Fatal(err)
 	}
-	return pvc
 }
 
 func (s *suite) boundPV(pvcName string) *corev1.PersistentVolume {
