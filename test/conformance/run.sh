@@ -4,7 +4,7 @@
 # cluster of $KUBECONFIG, with objfuse deployed (deploy/kustomize/local:
 # StorageClass objfuse-minio). No Docker and no registry needed.
 #
-#   test/conformance/run.sh [build|images|run|multivolume]...   (default: all)
+#   test/conformance/run.sh [build|images|run|multivolume|snapshots]...   (default: all)
 #
 #   build   e2e.test (storage specs only) and the ginkgo CLI from this
 #           folder's wrapper module, into $OUT/bin (about 15 minutes cold on
@@ -17,10 +17,12 @@
 #           $OUT/report/<time>/
 #   multivolume  the multiVolume specs as well ([Slow], about a minute),
 #           the ones that need two nodes among them
+#   snapshots  the [Feature:VolumeSnapshotDataSource] specs (not [Slow])
 #
 # The selection is the upstream default for a CI run: External Storage, and
 # nothing Slow, Disruptive (restarts kubelet over SSH), Serial, or behind a
-# [Feature:...] tag (snapshots, XFS, SELinux, Windows, VolumeAttributesClass).
+# [Feature:...] tag (XFS, SELinux, Windows, VolumeAttributesClass; the
+# snapshot specs run in a pass of their own).
 # CONFORMANCE_FOCUS and CONFORMANCE_SKIP replace the regexps, GINKGO_FLAGS
 # adds ginkgo flags (e.g. --dry-run -v: list the selection); e.g. every
 # [Slow] spec: CONFORMANCE_SKIP='\[Disruptive\]|\[Serial\]|\[Feature:' \
@@ -126,7 +128,7 @@ command -v jq >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >/dev/null
 }
 steps=("$@")
-((${#steps[@]})) || steps=(build images run multivolume)
+((${#steps[@]})) || steps=(build images run multivolume snapshots)
 for s in "${steps[@]}"; do
   case $s in
     build) build ;;
@@ -135,6 +137,9 @@ for s in "${steps[@]}"; do
     # The multiVolume specs, [Slow] but about a minute: several volumes
     # per pod, one volume in several pods, on one node and across nodes.
     multivolume) run 'External.Storage.*multiVolume' '\[Disruptive\]|\[Serial\]|\[Feature:' ;;
-    *) echo "usage: $0 [build|images|run|multivolume]..." >&2; exit 2 ;;
+    # The snapshot specs, which the first run's skip of [Feature:...]
+    # leaves out: snapshots taken, restored, deleted (not [Slow] ones).
+    snapshots) run 'External.Storage.*\[Feature:VolumeSnapshotDataSource\]' '\[Slow\]|\[Disruptive\]|\[Serial\]' ;;
+    *) echo "usage: $0 [build|images|run|multivolume|snapshots]..." >&2; exit 2 ;;
   esac
 done
