@@ -167,6 +167,7 @@ func (c *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	defer c.locks.lock("snapshot/" + facts[factSnapshot])()
+	c.copies.stop("snapshot/" + facts[factSnapshot])
 	if id.Prefix == "" {
 		err = c.removeBucket(ctx, a, id.Bucket)
 	} else {

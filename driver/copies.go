@@ -21,8 +21,9 @@ type copies struct {
 }
 
 type copyJob struct {
-	done chan struct{}
-	err  error // once done
+	done   chan struct{}
+	err    error // once done
+	cancel context.CancelFunc
 
 	mu           sync.Mutex
 	total, sofar s3store.CopyProgress
@@ -54,16 +55,31 @@ func (c *copies) start(key string, copy func(ctx context.Context, j *copyJob) er
 	if j, ok := c.jobs[key]; ok {
 		return j
 	}
-	j := &copyJob{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &copyJob{done: make(chan struct{}), cancel: cancel}
 	c.jobs[key] = j
 	go func() {
-		j.err = copy(context.Background(), j)
+		defer cancel()
+		j.err = copy(ctx, j)
 		c.mu.Lock()
 		delete(c.jobs, key)
 		c.mu.Unlock()
 		close(j.done)
 	}()
 	return j
+}
+
+// stop ends the job under key, if one runs, and waits for its end: what
+// it copies is about to be removed, and it must not copy on (nor record)
+// into what is gone.
+func (c *copies) stop(key string) {
+	c.mu.Lock()
+	j, ok := c.jobs[key]
+	c.mu.Unlock()
+	if ok {
+		j.cancel()
+		<-j.done
+	}
 }
 
 // copyTree is a job's copy: it counts src, then copies it to dst.
