@@ -84,11 +84,7 @@ func (c *controllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 
 // checkExists is NotFound when the volume's bucket or prefix is gone.
 func (c *controllerServer) checkExists(ctx context.Context, id volume.ID, secrets map[string]string, volumeID string) error {
-	creds, err := c.s3.credentials(secrets, lifecycle.PublishSecret)
-	if err != nil {
-		return err
-	}
-	a, err := c.s3.admin(id.S3, creds)
+	a, err := c.s3.adminFor(id.S3, secrets, lifecycle.PublishSecret)
 	if err != nil {
 		return err
 	}

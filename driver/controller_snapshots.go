@@ -44,11 +44,7 @@ func (c *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "source volume %q is not an objfuse volume: %v", req.GetSourceVolumeId(), err)
 	}
-	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.SnapshotSecret)
-	if err != nil {
-		return nil, err
-	}
-	a, err := c.s3.admin(src.S3, creds)
+	a, err := c.s3.adminFor(src.S3, req.GetSecrets(), lifecycle.SnapshotSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -147,11 +143,7 @@ func (c *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.SnapshotSecret)
-	if err != nil {
-		return nil, err
-	}
-	a, err := c.s3.admin(id.S3, creds)
+	a, err := c.s3.adminFor(id.S3, req.GetSecrets(), lifecycle.SnapshotSecret)
 	if err != nil {
 		return nil, err
 	}

@@ -71,11 +71,7 @@ func (c *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if _, err := c.namespaces.Of(spec.Mounter{VolumeID: name, Volume: volume.Volume{Mounter: p.Mounter}}); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
 	}
-	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.ProvisionerSecret)
-	if err != nil {
-		return nil, err
-	}
-	a, err := c.s3.admin(p.S3, creds)
+	a, err := c.s3.adminFor(p.S3, req.GetSecrets(), lifecycle.ProvisionerSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -211,11 +207,7 @@ func (c *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		c.log.Info("delete: not an objfuse volume id; nothing to do", "volume", req.GetVolumeId())
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.ProvisionerSecret)
-	if err != nil {
-		return nil, err
-	}
-	a, err := c.s3.admin(id.S3, creds)
+	a, err := c.s3.adminFor(id.S3, req.GetSecrets(), lifecycle.ProvisionerSecret)
 	if err != nil {
 		return nil, err
 	}

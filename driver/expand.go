@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/objfuse/objfuse/fusefs/store"
-	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/volume"
@@ -42,22 +41,13 @@ func (c *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not an objfuse volume: %v", req.GetVolumeId(), err)
 	}
-	creds, err := c.s3.credentials(req.GetSecrets(), lifecycle.ExpandSecret)
-	if err != nil {
-		return nil, err
-	}
-	a, err := c.s3.admin(id.S3, creds)
+	a, err := c.s3.adminFor(id.S3, req.GetSecrets(), lifecycle.ExpandSecret)
 	if err != nil {
 		return nil, err
 	}
 	defer c.locks.lock("create/" + req.GetVolumeId())()
 	what := fmt.Sprintf("expand volume %q to %d bytes", req.GetVolumeId(), want)
-	var have int64
-	if id.Prefix == "" {
-		have, err = expandBucket(ctx, a, id.Bucket, want)
-	} else {
-		have, err = expandPrefix(ctx, a, id.Bucket, id.Prefix, want)
-	}
+	have, err := expand(ctx, recordOf{a: a, bucket: id.Bucket, prefix: id.Prefix}, want)
 	switch {
 	case errors.Is(err, errNotMade):
 		return nil, status.Errorf(codes.FailedPrecondition, "%s: bucket %q (prefix %q) was not made by objfuse, which records no size there; a static volume's size is its capacityBytes attribute", what, id.Bucket, id.Prefix)
@@ -76,42 +66,26 @@ func (c *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: want, NodeExpansionRequired: true}, nil
 }
 
-// expandBucket records size on the bucket's tags unless a larger one is
+// expand records size where the volume's is unless a larger one is
 // there, and returns the size recorded before.
-func expandBucket(ctx context.Context, a *s3store.Admin, bucket string, size int64) (int64, error) {
-	tags, err := a.BucketTags(ctx, bucket)
+func expand(ctx context.Context, rec recordOf, size int64) (int64, error) {
+	facts, err := rec.read(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if ok, err := a.BucketExists(ctx, bucket); err == nil && !ok {
-		return 0, store.ErrNoBucket // no tags and no bucket (MinIO answers a deleted bucket's tags as none)
+	if rec.prefix == "" {
+		if ok, err := rec.a.BucketExists(ctx, rec.bucket); err == nil && !ok {
+			return 0, store.ErrNoBucket // MinIO answers a deleted bucket's tags as none
+		}
 	}
-	if tags[tagVolume] == "" {
+	if facts[factVolume] == "" {
 		return 0, errNotMade
 	}
-	have, _ := strconv.ParseInt(tags[tagCapacity], 10, 64)
+	have, _ := strconv.ParseInt(facts[factCapacity], 10, 64)
 	if have >= size {
 		return have, nil
 	}
-	tags[tagCapacity] = strconv.FormatInt(size, 10)
-	return have, a.SetBucketTags(ctx, bucket, tags)
-}
-
-// expandPrefix is expandBucket for a prefix's marker.
-func expandPrefix(ctx context.Context, a *s3store.Admin, bucket, prefix string, size int64) (int64, error) {
-	meta, err := a.Marker(ctx, bucket, prefix)
-	if err != nil {
-		return 0, err
-	}
-	if meta[metaVolume] == "" {
-		return 0, errNotMade
-	}
-	have, _ := strconv.ParseInt(meta[metaCap], 10, 64)
-	if have >= size {
-		return have, nil
-	}
-	meta[metaCap] = strconv.FormatInt(size, 10)
-	return have, a.PutMarker(ctx, bucket, prefix, meta)
+	return have, rec.write(ctx, map[string]string{factCapacity: strconv.FormatInt(size, 10)})
 }
 
 // errNotMade: the bucket or prefix carries no record of objfuse making it.

@@ -12,10 +12,12 @@ import (
 // What the driver records on what it makes, so that a repeated call
 // recognises it and a later one (after a restart) knows where it stands:
 // a bucket's tags ("objfuse.csi.io/<fact>"), or the user metadata of a
-// prefix's marker object ("Objfuse-<Fact>"). The volume's own facts keep
-// their constants (controller_volumes.go); these are the snapshots' and
-// copies'.
+// prefix's marker object ("Objfuse-<Fact>"). CreateVolume writes a
+// volume's name and size with their constants (controller_volumes.go),
+// the same keys as factVolume and factCapacity.
 const (
+	factVolume   = "volume-name"
+	factCapacity = "capacity"
 	factSnapshot = "snapshot-name"
 	factSource   = "source" // bucket/prefix of the volume a snapshot is of
 	factState    = "state"  // stateCopying until the copy is whole, then stateReady
@@ -39,20 +41,22 @@ func factKey(prefix bool, fact string) string {
 	return "objfuse.csi.io/" + fact
 }
 
+// raw is the record as stored: tags, or the marker's metadata.
+func (r recordOf) raw(ctx context.Context) (map[string]string, error) {
+	if r.prefix == "" {
+		return r.a.BucketTags(ctx, r.bucket)
+	}
+	return r.a.Marker(ctx, r.bucket, r.prefix)
+}
+
 // read returns the facts, by fact name.
 func (r recordOf) read(ctx context.Context) (map[string]string, error) {
-	var raw map[string]string
-	var err error
-	if r.prefix == "" {
-		raw, err = r.a.BucketTags(ctx, r.bucket)
-	} else {
-		raw, err = r.a.Marker(ctx, r.bucket, r.prefix)
-	}
+	raw, err := r.raw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	facts := map[string]string{}
-	for _, f := range []string{factSnapshot, factSource, factState, factCreated, factSize} {
+	for _, f := range []string{factVolume, factCapacity, factSnapshot, factSource, factState, factCreated, factSize} {
 		if v, ok := raw[factKey(r.prefix != "", f)]; ok {
 			facts[f] = v
 		}
@@ -62,13 +66,7 @@ func (r recordOf) read(ctx context.Context) (map[string]string, error) {
 
 // write sets facts, keeping the others the record holds.
 func (r recordOf) write(ctx context.Context, facts map[string]string) error {
-	var raw map[string]string
-	var err error
-	if r.prefix == "" {
-		raw, err = r.a.BucketTags(ctx, r.bucket)
-	} else {
-		raw, err = r.a.Marker(ctx, r.bucket, r.prefix)
-	}
+	raw, err := r.raw(ctx)
 	if err != nil || raw == nil {
 		raw = map[string]string{} // a new marker, or no tags yet
 	}

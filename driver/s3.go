@@ -32,6 +32,16 @@ func (a *s3Admins) credentials(secrets map[string]string, secretParam string) (m
 	return creds, nil
 }
 
+// adminFor connects to endpoint s with the credentials of a CSI call's
+// Secret (secretParam names it, for errors about it).
+func (a *s3Admins) adminFor(s volume.S3, secrets map[string]string, secretParam string) (*s3store.Admin, error) {
+	creds, err := a.credentials(secrets, secretParam)
+	if err != nil {
+		return nil, err
+	}
+	return a.admin(s, creds)
+}
+
 // admin connects to a volume's endpoint with creds.
 func (a *s3Admins) admin(s volume.S3, creds map[string][]byte) (*s3store.Admin, error) {
 	admin, err := s3store.NewAdmin(s3store.Config{
