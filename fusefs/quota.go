@@ -217,11 +217,22 @@ func (f *FS) SetCapacity(bytes int64) {
 	}
 }
 
+// firstSumWait bounds how long Usage waits for the count a mount starts
+// with: statfs on a new mount shows what the volume holds, unless the
+// endpoint is too slow to list it.
+const firstSumWait = 5 * time.Second
+
 // Usage is the capacity and the bytes counted against it (0, 0 without a
 // quota).
 func (f *FS) Usage() (capacity, used int64) {
 	if f.quota == nil {
 		return 0, 0
+	}
+	t := time.NewTimer(firstSumWait)
+	defer t.Stop()
+	select {
+	case <-f.quota.summed:
+	case <-t.C:
 	}
 	return f.quota.limit.Load(), f.quota.used()
 }
