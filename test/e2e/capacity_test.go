@@ -33,7 +33,8 @@ func TestAPVCsSizeIsItsQuota(t *testing.T) {
 		}
 		return out
 	}
-	dfKiB := func() string { return strings.TrimSpace(sh("df -k /data | tail -1 | awk '{print $2}'")) }
+	// -P: one line per filesystem, however long its name.
+	dfKiB := func() string { return strings.TrimSpace(sh("df -P -k /data | tail -1 | awk '{print $2}'")) }
 	if got := dfKiB(); got != "65536" {
 		t.Fatalf("df in the pod: %s KiB, want the PVC's 64 MiB (65536)", got)
 	}
