@@ -76,10 +76,12 @@ preflight() {
   [ -n "$KUBECTL" ] || die "no kubectl (set KUBECTL)"
   [ -f "$KUBECONFIG" ] || die "no kubeconfig at $KUBECONFIG (start a cluster: test/local/up.sh 3)"
   "$KUBECTL" get --request-timeout=10s nodes >/dev/null || die "the cluster of $KUBECONFIG does not answer"
-  local sc
-  sc=$(sed -n 's/^ *FromExistingClassName: *//p' driver.yaml)
+  local sc vsc
+  sc=$(sed -n '/^StorageClass:/,/^[^ #]/s/^ *FromExistingClassName: *//p' driver.yaml)
+  vsc=$(sed -n '/^SnapshotClass:/,/^[^ #]/s/^ *FromExistingClassName: *//p' driver.yaml)
   "$KUBECTL" get storageclass "$sc" >/dev/null || die "StorageClass $sc is missing: deploy objfuse (deploy/kustomize/local)"
-  log "cluster: $("$KUBECTL" get nodes --no-headers | grep -cw Ready) Ready nodes; StorageClass $sc"
+  "$KUBECTL" get volumesnapshotclass "$vsc" >/dev/null || die "VolumeSnapshotClass $vsc is missing: deploy objfuse (deploy/kustomize/local, after the snapshot CRDs)"
+  log "cluster: $("$KUBECTL" get nodes --no-headers | grep -cw Ready) Ready nodes; StorageClass $sc, VolumeSnapshotClass $vsc"
 }
 
 # run [FOCUS SKIP]: the specs of the selection (default: FOCUS and SKIP).
