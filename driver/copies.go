@@ -44,8 +44,8 @@ func (j *copyJob) progress() string {
 }
 
 // start runs copy under key unless it runs already, and returns the job.
-// A job that failed is forgotten once its failure was returned, so that a
-// retry starts it again.
+// A job that failed stays until a caller gets it (and returns its error),
+// then is forgotten, so that the next call starts it again.
 func (c *copies) start(key string, copy func(ctx context.Context, j *copyJob) error) *copyJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -53,6 +53,11 @@ func (c *copies) start(key string, copy func(ctx context.Context, j *copyJob) er
 		c.jobs = map[string]*copyJob{}
 	}
 	if j, ok := c.jobs[key]; ok {
+		select {
+		case <-j.done:
+			delete(c.jobs, key) // failed: this caller reports it
+		default:
+		}
 		return j
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,7 +67,9 @@ func (c *copies) start(key string, copy func(ctx context.Context, j *copyJob) er
 		defer cancel()
 		j.err = copy(ctx, j)
 		c.mu.Lock()
-		delete(c.jobs, key)
+		if j.err == nil {
+			delete(c.jobs, key)
+		}
 		c.mu.Unlock()
 		close(j.done)
 	}()
@@ -79,6 +86,11 @@ func (c *copies) stop(key string) {
 	if ok {
 		j.cancel()
 		<-j.done
+		c.mu.Lock()
+		if c.jobs[key] == j {
+			delete(c.jobs, key)
+		}
+		c.mu.Unlock()
 	}
 }
 

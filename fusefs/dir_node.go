@@ -443,6 +443,7 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 			f.keepForUnlink(ctx)
 		}
 	}
+	size := n.removedSize(f, name)
 	key, leave := n.enter(name)
 	err := n.fsys.store.Delete(ctx, key)
 	leave()
@@ -452,7 +453,7 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		return errno(err)
 	}
-	n.countRemoved(f, name)
+	n.fsys.countRemoved(size)
 	if f != nil {
 		f.markUnlinked()
 		n.fsys.unplace(&f.Inode)

@@ -76,6 +76,10 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 			replaced.keepForUnlink(ctx)
 		}
 	}
+	var removed int64 // what the file renamed over takes off the quota's count
+	if !src.isDir {
+		removed = dst.removedSize(replaced, newName)
+	}
 	from, to := srcKey, dstKey
 	if src.isDir {
 		from, to = srcKey+"/", dstKey+"/"
@@ -112,7 +116,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 				f.own.note(o.ETag)
 			}
 		}
-		dst.countRemoved(replaced, newName)
+		n.fsys.countRemoved(removed)
 		if replaced != nil {
 			// Its key goes now (a sync that wakes finds it has no name
 			// and keeps its bytes), the rest once the move is done.

@@ -170,11 +170,22 @@ func (s *heldDeletes) PutIfMatch(ctx context.Context, key, etag string, r io.Rea
 // file (a mounter's drain) waits for the rename, ends: the rename takes
 // no file's lock while it holds back changes, and the replaced file's
 // bytes are never uploaded over the renamed one.
+// With a capacity too: counting the replaced file's size takes its lock
+// before the rename holds changes back, not while.
 func TestRenameOverADirtyOpenFileEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts fusefs.Options
+	}{{"no quota", fusefs.Options{}}, {"quota", fusefs.Options{Capacity: 1 << 30}}} {
+		t.Run(tc.name, func(t *testing.T) { renameOverADirtyOpenFile(t, tc.opts) })
+	}
+}
+
+func renameOverADirtyOpenFile(t *testing.T, opts fusefs.Options) {
 	st := &heldCopy{Store: memstore.New(), reached: make(chan struct{}), release: make(chan struct{})}
 	put(t, st, "a", []byte("aaa"))
 	put(t, st, "b", []byte("bbb"))
-	fsys, dir := mountFSOf(t, st, fusefs.Options{})
+	fsys, dir := mountFSOf(t, st, opts)
 	f, err := os.OpenFile(filepath.Join(dir, "b"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -190,10 +190,11 @@ func (q *quota) settle(c *quotaCharge, uploaded bool, size int64) {
 		}
 		return
 	}
-	q.reserved.Add(c.base - c.top)
+	// Stored first: between the two, the count errs towards full.
 	if uploaded {
 		q.stored.Add(size - c.base)
 	}
+	q.reserved.Add(c.base - c.top)
 	*c = quotaCharge{}
 }
 
@@ -256,8 +257,15 @@ func (n *fileNode) fitLocked(ctx context.Context, off int64, length int) int {
 	}
 	need := end - n.charge.top
 	grant := q.reserve(ctx, need)
+	fit := length - int(min(int64(length), need-grant))
+	if fit == 0 {
+		// Nothing of the write fits (past a hole, say): it reserves
+		// nothing either.
+		q.reserved.Add(-grant)
+		return 0
+	}
 	n.charge.top += grant
-	return length - int(min(int64(length), need-grant))
+	return fit
 }
 
 // extendLocked counts the file growing to size by truncate(2), which
@@ -285,22 +293,31 @@ func (n *fileNode) settleChargeLocked(uploaded bool, size int64) {
 	}
 }
 
-// countRemoved counts the object under name in d as removed (deleted, or
-// renamed over); f is its node when one was looked up.
-func (d *dirNode) countRemoved(f *fileNode, name string) {
-	q := d.fsys.quota
-	if q == nil {
-		return
+// removedSize is what removing name from d (a delete, a rename over it)
+// takes off the count: the stored size of f, its node when one was looked
+// up, or of the listed object; -1 when not known, 0 when nothing is
+// there. Call it before entering the key gate: it takes f's lock, which a
+// sync waiting in the gate for that key holds.
+func (d *dirNode) removedSize(f *fileNode, name string) int64 {
+	if d.fsys.quota == nil {
+		return 0
 	}
 	if f != nil {
-		q.deleted(f.storedSize())
-		return
+		return f.storedSize()
 	}
 	switch e, found, known := d.cached(name); {
 	case found && !e.isDir:
-		q.deleted(e.obj.Size)
+		return e.obj.Size
 	case !known:
-		q.deleted(-1)
+		return -1
+	}
+	return 0
+}
+
+// countRemoved counts an object of size bytes removed (removedSize).
+func (f *FS) countRemoved(size int64) {
+	if f.quota != nil && size != 0 {
+		f.quota.deleted(size)
 	}
 }
 

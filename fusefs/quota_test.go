@@ -216,3 +216,21 @@ func TestQuotaSharedOvershootIsBounded(t *testing.T) {
 		t.Fatalf("stored %d bytes; want between %d and %d", total, capacity-2*file, bound)
 	}
 }
+
+// A write past a hole the capacity cannot hold fails with ENOSPC and
+// holds back nothing: other writes still get the room.
+func TestQuotaAWriteThatDoesNotFitTakesNoRoom(t *testing.T) {
+	st := backends()[0].fresh(t)
+	dir := mountFS(t, st, fusefs.Options{Capacity: 4 * quotaMiB})
+	h, err := os.Create(filepath.Join(dir, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.WriteAt([]byte("x"), 100*quotaMiB); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write 100 MiB into a 4 MiB volume: %v, want ENOSPC", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), randomBytes(3*quotaMiB), 0o644); err != nil {
+		t.Fatalf("3 MiB into the 4 MiB left: %v", err)
+	}
+}
