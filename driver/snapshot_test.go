@@ -23,8 +23,9 @@ import (
 )
 
 // dataRequests counts the requests that move object bytes through the
-// client (a GET of an object, a PUT of one that is not a copy and not a
-// marker, whose key ends in "/"), as a front before MinIO sees them.
+// client (a GET of an object, a PUT of one or of a multipart upload's part
+// that is not a copy, and not a marker, whose key ends in "/"), as a front
+// before MinIO sees them.
 type dataRequests struct {
 	mu  sync.Mutex
 	got []string
@@ -32,7 +33,8 @@ type dataRequests struct {
 
 func (d *dataRequests) see(r *http.Request) bool {
 	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)
-	isObject := len(parts) == 2 && parts[1] != "" && r.URL.RawQuery == ""
+	q := r.URL.Query()
+	isObject := len(parts) == 2 && parts[1] != "" && (r.URL.RawQuery == "" || q.Has("partNumber"))
 	moves := isObject && (r.Method == http.MethodGet || r.Method == http.MethodPut && r.Header.Get("X-Amz-Copy-Source") == "" && !strings.HasSuffix(parts[1], "/"))
 	if moves {
 		d.mu.Lock()
@@ -195,7 +197,8 @@ func TestSnapshotsAndClonesCopyServerSide(t *testing.T) {
 			if _, err := env.Controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id, Secrets: env.Secrets}); err != nil {
 				t.Fatalf("DeleteSnapshot of a volume's id: %v", err)
 			}
-			if _, err := os.Stat(filepath.Join(orig, "large")); err != nil {
+			v, _ := volume.ParseID(id)
+			if _, err := env.MinIO.Client().StatObject(ctx, v.Bucket, v.Prefix+"large", minio.StatObjectOptions{}); err != nil {
 				t.Fatalf("the volume after DeleteSnapshot of its id: %v", err)
 			}
 		})

@@ -138,6 +138,9 @@ echo written`, podOpts{})
 	if gets := after["getobject"] - before["getobject"]; gets > 0 {
 		t.Errorf("%.0f GetObject requests while the snapshot was taken: its data moved through a client", gets)
 	}
+	if puts := after["putobject"] - before["putobject"] + after["putobjectpart"] - before["putobjectpart"]; puts > 0 {
+		t.Errorf("%.0f PutObject or part requests while the snapshot was taken: its data moved through a client", puts)
+	}
 
 	fromSnapshot := &corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: "snap"}
 	fromPVC := &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "orig"}
