@@ -109,12 +109,9 @@ func (n *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	if err != nil {
 		return nil, err
 	}
-	st, err := n.state.load(req.GetVolumeId())
+	st, err := n.stagedAt(req.GetVolumeId(), req.GetVolumePath())
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", req.GetVolumeId())
-	}
-	if _, known := st.Targets[req.GetVolumePath()]; !known && req.GetVolumePath() != st.Staging {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", req.GetVolumeId(), req.GetVolumePath())
+		return nil, err
 	}
 	if size == 0 {
 		return &csi.NodeExpandVolumeResponse{}, nil

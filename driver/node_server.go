@@ -77,13 +77,9 @@ func (n *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	case req.GetVolumePath() == "":
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
-	st, err := n.state.load(req.GetVolumeId())
-	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", req.GetVolumeId())
-	}
 	path := req.GetVolumePath()
-	if _, known := st.Targets[path]; !known && path != st.Staging {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", req.GetVolumeId(), path)
+	if _, err := n.stagedAt(req.GetVolumeId(), path); err != nil {
+		return nil, err
 	}
 	// When abnormal, the condition says how the mount survives its
 	// mounter: whether the pods wait for a takeover or for a repair.
@@ -122,6 +118,19 @@ func nearlyFull(blocks, avail uint64, bs int64) string {
 		return ""
 	}
 	return fmt.Sprintf("%d%% of its %d MiB used: writes past its size fail with ENOSPC; expand the PVC (kubectl patch its spec.resources.requests.storage) or delete files", 100-avail*100/blocks, int64(blocks)*bs>>20)
+}
+
+// stagedAt is the volume staged on this node, which path is its staging
+// path or one of its targets; NotFound otherwise.
+func (n *nodeServer) stagedAt(volumeID, path string) (*stagedVolume, error) {
+	st, err := n.state.load(volumeID)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", volumeID)
+	}
+	if _, known := st.Targets[path]; !known && path != st.Staging {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", volumeID, path)
+	}
+	return st, nil
 }
 
 func abnormal(why string) *csi.NodeGetVolumeStatsResponse {
