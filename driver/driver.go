@@ -97,6 +97,9 @@ type Options struct {
 	// the node upgrades the running mounters of its volumes to it, in
 	// place and one at a time (node_upgrade.go). "" leaves them be.
 	MounterImage string
+	// InlineAllowFile is the allow-list of inline volumes (inline.Rules):
+	// the node refuses to mount one that it does not allow. "" allows none.
+	InlineAllowFile string
 
 	Logger *slog.Logger
 }
@@ -187,7 +190,7 @@ func (d *Driver) newNodeServer() *nodeServer {
 		state:   newNodeState(o.StateDir, d.metrics.abnormal, d.metrics.survival, d.log),
 		repairs: d.metrics.repairs, takeovers: d.metrics.takeovers, takeoverFallbacks: d.metrics.takeoverFallbacks, log: d.log,
 		probeTimeout: o.ProbeTimeout, mounterWait: o.MounterWait, reconcileEvery: o.ReconcileEvery,
-		watches: newMounterWatches(),
+		watches: newMounterWatches(), inlineAllow: o.InlineAllowFile,
 	}
 	if o.MountTakeover {
 		n.keeper = newConnKeeper(o.Mounts.Connection)

@@ -40,7 +40,9 @@ type nodeServer struct {
 	// when the node knows no image or no API.
 	upgrades *mounterUpgrades
 	// watches hear a mounter's end at once (node_survival.go).
-	watches        *mounterWatches
+	watches *mounterWatches
+	// inlineAllow is the allow-list file of inline volumes.
+	inlineAllow    string
 	log            *slog.Logger
 	probeTimeout   time.Duration // bounds a check of a FUSE mount
 	mounterWait    time.Duration // bounds NodeStage's wait for the mounter's socket

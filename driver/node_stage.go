@@ -56,16 +56,25 @@ func (n *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, status.Errorf(codes.InvalidArgument, "publish context: %v", err)
 	}
 	defer n.locks.lock(req.GetVolumeId())()
-
 	st := &stagedVolume{
 		VolumeID: req.GetVolumeId(), Source: "objfuse:" + v.Source(), MounterUID: uid,
 		MounterNamespace: v.Mounter.Namespace,
 		ReadOnly:         readOnlyMode(req.GetVolumeCapability()), MountGroup: group,
 		Staging: req.GetStagingTargetPath(), Targets: map[string]bool{},
 	}
+	if err := n.stage(ctx, st); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stage mounts the volume st describes at its staging path, served by its
+// mounter, and remembers it; a volume staged there already is kept, and
+// learns of a replaced mounter. The caller holds the volume's lock.
+func (n *nodeServer) stage(ctx context.Context, st *stagedVolume) error {
 	if old, err := n.state.load(st.VolumeID); err == nil {
 		if old.Staging != st.Staging {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", st.VolumeID, old.Staging)
+			return status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", st.VolumeID, old.Staging)
 		}
 		st.Targets, st.Pods = old.Targets, old.Pods
 		if old.MounterUID == st.MounterUID {
@@ -75,23 +84,23 @@ func (n *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 			if old.MounterUID != st.MounterUID || old.ReadOnly != st.ReadOnly {
 				// A replaced mounter pod: repairs must find the new one.
 				if err := n.state.save(st); err != nil {
-					return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+					return status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
 				}
 			}
-			return &csi.NodeStageVolumeResponse{}, nil
+			return nil
 		}
 	}
 	if err := os.MkdirAll(n.state.volumeDir(st.VolumeID), 0o700); err != nil {
-		return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+		return status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
 	}
 	if err := n.state.save(st); err != nil {
-		return nil, status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
+		return status.Errorf(codes.Internal, "stage %s: %v", st.VolumeID, err)
 	}
 	if err := n.mountVolume(ctx, st); err != nil {
-		return nil, err
+		return err
 	}
 	n.log.Info("staged", "volume", st.VolumeID, "staging", st.Staging, "source", st.Source)
-	return &csi.NodeStageVolumeResponse{}, nil
+	return nil
 }
 
 // healthy says whether path is an objfuse mount that answers.
@@ -201,7 +210,17 @@ func (n *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
 	defer n.locks.lock(req.GetVolumeId())()
-	st, err := n.state.load(req.GetVolumeId())
+	if err := n.unstage(ctx, req.GetVolumeId(), req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unstage releases the volume's mounter once it has uploaded everything,
+// unmounts the staging path and forgets the volume. The caller holds the
+// volume's lock.
+func (n *nodeServer) unstage(ctx context.Context, volumeID, staging string) error {
+	st, err := n.state.load(volumeID)
 	if err == nil && st.MounterUID != "" {
 		// Uploads first: the mounter releases the mount only once nothing
 		// is pending. Anything but "no mounter there" keeps the mount and
@@ -209,22 +228,22 @@ func (n *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		socket, _ := spec.SocketOnNode(n.kubeletDir, st.MounterUID)
 		_, err := handoff.Call(ctx, socket, handoff.Request{Op: handoff.OpExit}, -1)
 		if err != nil && !mounterGone(err) {
-			return nil, status.Errorf(codes.Unavailable, "unstage %s: the mounter has not uploaded everything yet: %v", req.GetVolumeId(), err)
+			return status.Errorf(codes.Unavailable, "unstage %s: the mounter has not uploaded everything yet: %v", volumeID, err)
 		}
 	}
-	if err := n.mounts.UnmountAll(req.GetStagingTargetPath()); err != nil {
-		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	if err := n.mounts.UnmountAll(staging); err != nil {
+		return status.Errorf(codes.Internal, "unstage %s: %v", volumeID, err)
 	}
 	// After the unmount: the connection ends with it, and a pod's
 	// request still waiting on it fails rather than waits forever.
-	n.keeper.drop(req.GetVolumeId())
-	if err := os.RemoveAll(n.state.volumeDir(req.GetVolumeId())); err != nil {
-		return nil, status.Errorf(codes.Internal, "unstage %s: %v", req.GetVolumeId(), err)
+	n.keeper.drop(volumeID)
+	if err := os.RemoveAll(n.state.volumeDir(volumeID)); err != nil {
+		return status.Errorf(codes.Internal, "unstage %s: %v", volumeID, err)
 	}
-	removeEmptyDir(req.GetStagingTargetPath())
-	n.state.setAbnormal(req.GetVolumeId(), "")
-	n.state.setPending(req.GetVolumeId(), "")
-	n.state.setMode(req.GetVolumeId(), "")
-	n.log.Info("unstaged", "volume", req.GetVolumeId())
-	return &csi.NodeUnstageVolumeResponse{}, nil
+	removeEmptyDir(staging)
+	n.state.setAbnormal(volumeID, "")
+	n.state.setPending(volumeID, "")
+	n.state.setMode(volumeID, "")
+	n.log.Info("unstaged", "volume", volumeID)
+	return nil
 }

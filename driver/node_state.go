@@ -39,6 +39,9 @@ type stagedVolume struct {
 	ToldLostUploads int64 `json:"toldLostUploads,omitempty"`
 	// ToldConflicts is the same for the mounter's write conflicts.
 	ToldConflicts int64 `json:"toldConflicts,omitempty"`
+	// Inline: a pod's inline volume, staged by the node itself for that
+	// pod (node_inline.go) and unstaged with its last target.
+	Inline bool `json:"inline,omitempty"`
 }
 
 // mounter is the volume's mounter on nodeID, for finding its pod.
@@ -136,6 +139,13 @@ func (s *nodeState) volumesDir() string { return filepath.Join(s.dir, "volumes")
 // id can never name a path outside the state directory.
 func (s *nodeState) volumeDir(volumeID string) string {
 	return filepath.Join(s.volumesDir(), volume.Key(volumeID))
+}
+
+// inlineStaging is where an inline volume is mounted for its pod's
+// target to be bound to: outside the volume's state directory, which is
+// removed whole when the volume is unstaged.
+func (s *nodeState) inlineStaging(volumeID string) string {
+	return filepath.Join(s.dir, "inline", volume.Key(volumeID))
 }
 
 func (s *nodeState) stateFile(volumeID string) string {

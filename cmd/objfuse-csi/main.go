@@ -64,6 +64,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fl.StringVar(&f.healthAddr, "health-addr", "", "serve /healthz and /metrics on this host:port")
 	fl.StringVar(&f.namespace, "namespace", "objfuse-system", "namespace of mounter pods and their Secrets")
 	pvcNamespaces := fl.String("pvc-namespaces", "", "comma-separated namespaces where volumes whose StorageClass says mounterNamespace: pvc may run their mounter pods (in their PVC's namespace); the driver needs rights there (the chart's mounter.pvcNamespaces)")
+	fl.StringVar(&o.InlineAllowFile, "inline-allow", "/etc/objfuse/inline-allow.yaml", "allow-list of inline volumes: which namespaces' pods may declare which buckets (a YAML list of namespace, endpoint, bucket and prefix); a missing file allows none")
 	fl.StringVar(&f.mounterConfig, "mounter-config", "/etc/objfuse/mounter.yaml", "mounter pod template: the controller builds mounter pods from it; the node upgrades running mounters to its image")
 	fl.StringVar(&o.S3Defaults.Endpoint, "s3-endpoint", "", "default S3 endpoint for StorageClasses that name none; with --s3-credentials-dir it enables ListVolumes and Probe")
 	fl.StringVar(&o.S3Defaults.Region, "s3-region", "", "default S3 region")
@@ -160,7 +161,7 @@ func serve(ctx context.Context, f *flags, log *slog.Logger) error {
 		}
 		o.Launcher = lifecycle.NewKube(lifecycle.Config{
 			Client: kc, Namespace: f.namespace, PVCNamespaces: o.PVCNamespaces, Template: tmpl, Logger: log,
-			Driver: o.Name, Volumes: o.S3Defaults, Credentials: o.Credentials(),
+			Driver: o.Name, Volumes: o.S3Defaults, Credentials: o.Credentials(), InlineAllowFile: o.InlineAllowFile,
 		})
 	}
 	d, err := driver.New(*o)

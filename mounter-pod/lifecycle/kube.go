@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,7 +54,11 @@ type Config struct {
 	// MounterCheckEvery is how often every attached volume is checked to
 	// have its mounter pod; 0 means mounterCheckEvery.
 	MounterCheckEvery time.Duration
-	Logger            *slog.Logger
+	// InlineAllowFile is the allow-list of inline volumes (inline.Rules):
+	// which namespaces' pods may declare which buckets, read at start for
+	// the namespaces to watch and again at each launch. "" allows none.
+	InlineAllowFile string
+	Logger          *slog.Logger
 }
 
 // Kube runs each mounter as a pod in Namespace and keeps it right.
@@ -67,6 +72,9 @@ type Kube struct {
 	// syncProblems: volume → why its credentials are not synced, as last
 	// told (credentials sync pass only).
 	syncProblems map[string]string
+	// inline is the watch of pods that may declare inline volumes, once
+	// it runs (inline.go).
+	inline atomic.Pointer[inlineWatch]
 }
 
 var _ Launcher = (*Kube)(nil)
@@ -105,7 +113,8 @@ func newRecorder(client kubernetes.Interface, driver string) record.EventRecorde
 const orphanCheckEvery = time.Minute
 
 // Run fills the cluster cache, then runs the periodic passes until ctx
-// ends: orphan collection, credentials sync and mounter relaunch.
+// ends: orphan collection, credentials sync and mounter relaunch; and
+// the mounters of inline volumes (inline.go).
 func (k *Kube) Run(ctx context.Context) {
 	if err := k.startCache(ctx); err != nil {
 		k.Logger.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
@@ -121,6 +130,7 @@ func (k *Kube) Run(ctx context.Context) {
 		{k.MounterCheckEvery, k.relaunchMissing, "mounter check"},
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { k.runInline(ctx) })
 	for _, p := range passes {
 		wg.Go(func() {
 			every(ctx, p.every, func() {

@@ -39,7 +39,11 @@ func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	if err != nil {
 		return "", err
 	}
-	want.OwnerReferences = k.attachmentOwner(ctx, m, node.Name)
+	if m.ForPod != "" {
+		want.OwnerReferences = nodeOwner(node)
+	} else {
+		want.OwnerReferences = k.attachmentOwner(ctx, m, node.Name)
+	}
 	pod, err := k.ensurePod(ctx, m, want)
 	if err != nil {
 		return "", err

@@ -19,7 +19,8 @@ import (
 // older than any ControllerPublish that could still be creating it.
 const orphanAge = 5 * time.Minute
 
-// collectOrphans deletes mounter pods no VolumeAttachment accounts for;
+// collectOrphans deletes mounter pods no VolumeAttachment accounts for,
+// and those of inline volumes whose pod is gone or finished;
 // Run runs it every orphanCheckEvery. It reads the cluster cache, and
 // asks the API only when the cache says a pod is an orphan: a get of
 // every attachment's PV each minute would use up the client's rate
@@ -36,6 +37,9 @@ func (k *Kube) collectOrphans(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("cached attachments: %w", err)
 	}
 	attached := func(m spec.Mounter) bool {
+		if m.ForPod != "" {
+			return k.inlineWanted(ctx, m.ForPod)
+		}
 		if cached[attachmentKey(m.VolumeID, m.NodeID)] {
 			return true
 		}
@@ -122,7 +126,7 @@ func (k *Kube) deleteOrphans(ctx context.Context, minAge time.Duration, attached
 	n := 0
 	var errs []error
 	for _, pod := range pods {
-		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode]}
+		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode], ForPod: pod.Annotations[spec.AnnotationForPod]}
 		if m.VolumeID == "" || pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge {
 			continue
 		}

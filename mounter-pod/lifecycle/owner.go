@@ -28,7 +28,8 @@ import (
 //     hand, its finalizer removed), the garbage collector deletes the pod
 //     with it, not only the next orphan pass.
 // Outside Kubernetes' attach flow (csi-sanity, a CSI client of its own)
-// there is no attachment, and the pod has no owner.
+// there is no attachment, and the pod has no owner. An inline volume has
+// no attachment either: its mounter is controlled by its node (nodeOwner).
 
 // attachmentName is the name Kubernetes gives the VolumeAttachment of a
 // CSI volume on a node (k8s.io/kubernetes pkg/volume/csi, getAttachmentName).
@@ -75,4 +76,12 @@ func (k *Kube) adoptOwner(ctx context.Context, pod *corev1.Pod, owner []metav1.O
 		return nil, fmt.Errorf("own mounter pod %s by its volume attachment: %w", pod.Name, err)
 	}
 	return p, nil
+}
+
+// nodeOwner is the controller reference of an inline volume's mounter
+// pod: its node. The pod it serves is in another namespace and cannot
+// own it, and a drain refuses a pod no controller owns; owned by the
+// node, it is evicted with the pods of the node and goes with the node.
+func nodeOwner(node *corev1.Node) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: ptr.To(true)}}
 }

@@ -15,6 +15,9 @@ type Mounter struct {
 	NodeID   string
 	Volume   volume.Volume
 	ReadOnly bool
+	// ForPod is, for an inline volume, the pod that declared it
+	// ("namespace/name/uid"): the mounter lives as long as that pod.
+	ForPod string
 }
 
 // MounterIn is the mounter of a volume on a node whose pods run in

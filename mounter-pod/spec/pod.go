@@ -26,6 +26,9 @@ const (
 	AnnotationNode   = "objfuse.csi.io/node-id"
 	// AnnotationReadOnly tells a repeated publish whether it matches.
 	AnnotationReadOnly = "objfuse.csi.io/read-only"
+	// AnnotationForPod marks the mounter of an inline volume with the
+	// pod that declared it (Mounter.ForPod); no VolumeAttachment counts it.
+	AnnotationForPod = "objfuse.csi.io/for-pod"
 )
 
 // Selector selects mounter pods and their Secrets: those with LabelKey.
@@ -124,6 +127,9 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 		args = BeforeSource(args, fmt.Sprintf("--staging-limit-mib=%d", limit))
 	}
 	annotations := map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)}
+	if m.ForPod != "" {
+		annotations[AnnotationForPod] = m.ForPod
+	}
 	var ports []corev1.ContainerPort
 	if !t.HostNetwork && !t.NoMetrics {
 		args = BeforeSource(args, fmt.Sprintf("--metrics-addr=:%d", MetricsPort))

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume/inline"
 )
 
 func repoRoot(t *testing.T) string {
@@ -290,6 +291,23 @@ policyTypes:
 		t.Errorf("with PVC namespaces the node's ClusterRole grants %q", got)
 	}
 
+	// In each namespace whose pods may declare inline volumes: the
+	// controller may read pods and Secrets, nothing more; the node gets
+	// no right at all (it cannot start mounters of its choosing).
+	objs = render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set",
+		"inline.allow[0].namespace=team-c,inline.allow[0].endpoint=http://h:9000,inline.allow[0].bucket=bkt-c,inline.allow[1].namespace=team-c,inline.allow[1].endpoint=http://h:9000,inline.allow[1].bucket=bkt-d")
+	if got := rules("Role/team-c/objfuse-inline"); !reflect.DeepEqual(got, []string{"pods:get", "pods:list", "pods:watch", "secrets:get"}) {
+		t.Errorf("the inline Role in team-c grants %q", got)
+	}
+	for key := range objs {
+		if strings.Contains(key, "/team-c/") && key != "Role/team-c/objfuse-inline" && key != "RoleBinding/team-c/objfuse-inline" {
+			t.Errorf("the chart renders %s for an inline namespace", key)
+		}
+	}
+	if got := rules("Role/objfuse-system/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get", "pods:patch"}) {
+		t.Errorf("with inline volumes the node's Role grants %q", got)
+	}
+
 	// Without metrics, nothing may connect to a mounter.
 	np = render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set", "mounter.metrics=false")["NetworkPolicy/objfuse-system/objfuse-mounter"]
 	if in, ok := np["spec"].(map[string]any)["ingress"]; !ok || len(in.([]any)) != 0 {
@@ -322,6 +340,32 @@ func TestLocalTenantIsTheChartsRendering(t *testing.T) {
 	}
 	if n != 5 {
 		t.Errorf("the chart renders %d objects in %s, want 5", n, tenant)
+	}
+	// And the namespace whose pods may declare inline volumes: the
+	// chart's objects for the local overlay's rule, the rule itself.
+	const inlineNS = "objfuse-e2e-inline"
+	inlineHelm := render(t, helm, "template", "objfuse", "deploy/helm/objfuse", "--set",
+		"inline.allow[0].namespace="+inlineNS+",inline.allow[0].endpoint=http://10.243.0.11:9000,inline.allow[0].bucket=objfuse-inline,inline.allow[0].prefix=allowed")
+	n = 0
+	for key, h := range inlineHelm {
+		if !strings.Contains(key, "/"+inlineNS+"/") {
+			continue
+		}
+		n++
+		if k, ok := local[key]; !ok || !reflect.DeepEqual(h, k) {
+			t.Errorf("the local overlay's %s is not the chart's", key)
+		}
+	}
+	if n != 2 {
+		t.Errorf("the chart renders %d objects in %s, want 2 (a Role and its binding)", n, inlineNS)
+	}
+	allow := func(objs map[string]map[string]any) string {
+		return strOf(objs["ConfigMap/objfuse-system/objfuse-mounter"]["data"].(map[string]any)["inline-allow.yaml"])
+	}
+	hr, err1 := inline.Parse([]byte(allow(inlineHelm)))
+	lr, err2 := inline.Parse([]byte(allow(local)))
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(hr, lr) || len(hr) != 1 {
+		t.Errorf("inline allow-list: chart %v (%v), local %v (%v)", hr, err1, lr, err2)
 	}
 	args := func(objs map[string]map[string]any) []string { // in any order
 		spec := objs["Deployment/objfuse-system/objfuse-controller"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
