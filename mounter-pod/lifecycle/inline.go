@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/objfuse/objfuse/mounter-pod/spec"
+	"github.com/objfuse/objfuse/volume"
 	"github.com/objfuse/objfuse/volume/inline"
 )
 
@@ -182,12 +183,28 @@ func (k *Kube) syncInline(ctx context.Context, w *inlineWatch, key string) error
 		if v.CSI == nil || v.CSI.Driver != k.Driver {
 			continue
 		}
-		if err := k.ensureInline(ctx, pod, v); err != nil {
-			k.Events.Eventf(pod, corev1.EventTypeWarning, "InlineVolumeNotMounted", "objfuse volume %q: %v", v.Name, err)
-			errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
+		err := k.ensureInline(ctx, pod, v)
+		if err == nil {
+			continue
 		}
+		k.Events.Eventf(pod, corev1.EventTypeWarning, "InlineVolumeNotMounted", "objfuse volume %q: %v", v.Name, err)
+		if userMistake(err) {
+			// No retry mends it until the pod, its Secret or the
+			// allow-list changes, and each resync looks again.
+			k.Logger.Info("inline volume refused", "pod", forPod(pod), "volume", v.Name, "err", err)
+			continue
+		}
+		errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
 	}
 	return errors.Join(errs...)
+}
+
+// userMistake says whether an inline volume fails for what its pod's
+// author or the admin must change: an attribute, the allow-list, the
+// Secret.
+func userMistake(err error) bool {
+	var pe *volume.ParseError
+	return errors.As(err, &pe) || errors.Is(err, inline.ErrNotAllowed) || errors.Is(err, ErrNoCredentials) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 }
 
 // finished says whether a pod's containers have all ended for good.
