@@ -48,8 +48,10 @@ func TestInlineVolumes(t *testing.T) {
 	})
 	prefix := inlinePrefix + "/" + s.ns
 
+	start := time.Now()
 	writer := in.inlinePod("writer", endpoint, prefix, `set -e; head -c 4194304 /dev/urandom > /data/file.bin; echo "sum $(sha256sum /data/file.bin | cut -d' ' -f1)"; sleep 3600`)
 	sum := in.awaitLog("writer", "sum ")
+	t.Logf("the pod with an inline volume wrote 4 MiB %s after it was made", time.Since(start).Round(100*time.Millisecond))
 	if got := s.objectSum(inlineBucket, prefix+"/file.bin"); got != sum {
 		t.Fatalf("s3://%s/%s/file.bin has sha256 %s, the pod wrote %s", inlineBucket, prefix, got, sum)
 	}
