@@ -107,20 +107,53 @@ func (n *dirNode) enter(name string) (key string, leave func()) {
 	return key, leave
 }
 
-// putMarker writes the directory's marker object with attributes a.
+// putMarker writes the directory's marker object with attributes a,
+// keeping the metadata of the marker there that is not attributes.
 func (n *dirNode) putMarker(ctx context.Context, a attrs) error {
 	key, leave := n.enter("")
-	o, err := n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, a.metadata())
+	meta, err := n.keptMetadata(ctx, key, a.metadata())
+	var o store.Object
+	if err == nil {
+		o, err = n.fsys.store.Put(ctx, key, bytes.NewReader(nil), 0, meta)
+	}
 	leave()
 	if err != nil {
 		return err
 	}
-	o.Key, o.Metadata = key, a.metadata()
+	o.Key, o.Metadata = key, meta
 	noteInParent(&n.Inode, dirEntry{isDir: true, obj: o})
 	n.mu.Lock()
 	n.hasMarker = true
 	n.mu.Unlock()
 	return nil
+}
+
+// keptMetadata is meta and the metadata of the marker at key that is
+// not attributes: another tool's, and on a prefix volume's root the
+// driver's record of the volume (its size, which an expansion changes
+// and every mounter reads), which a chmod of the root must not lose.
+func (n *dirNode) keptMetadata(ctx context.Context, key string, meta map[string]string) (map[string]string, error) {
+	n.mu.Lock()
+	has := n.hasMarker
+	n.mu.Unlock()
+	if !has {
+		return meta, nil
+	}
+	old, err := n.fsys.store.Head(ctx, key)
+	if errors.Is(err, store.ErrNotExist) {
+		return meta, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(meta)+len(old.Metadata))
+	for k, v := range old.Metadata {
+		out[k] = v
+	}
+	for k, v := range meta {
+		out[k] = v
+	}
+	return out, nil
 }
 
 // keepAlive gives an implicit directory (one that exists only because keys
