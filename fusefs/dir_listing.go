@@ -37,13 +37,18 @@ type listing struct {
 	// changed are names this mount created, changed or removed while the
 	// listing was arriving: the store's older answer for them is ignored.
 	changed map[string]bool
+	// moved is closed, and replaced, when a name arrives while lookups
+	// wait for theirs (waiters): a name found answers before the rest of
+	// a long listing has come.
+	moved   chan struct{}
+	waiters int
 }
 
 // newArrivingListing is a listing about to be filled from the store.
 // Names this mount changes meanwhile are marked in changed (noteChild),
 // and the store's older answer for them is ignored.
 func newArrivingListing() *listing {
-	return &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}}
+	return &listing{entries: map[string]dirEntry{}, at: time.Now(), changed: map[string]bool{}, moved: make(chan struct{})}
 }
 
 // completed marks an arriving listing as the store's whole answer, fresh
@@ -175,19 +180,40 @@ const relistLimit = 1000
 // relistTimeout bounds one relisting, which no lookup's interrupt stops.
 const relistTimeout = time.Minute
 
+// Lookups cluster in a directory when clusterLookups of them ask the store
+// by name within clusterWindow: a find, an rsync, Python's imports or git
+// status looking at many siblings. The next then lists the directory, up
+// to clusterLimit names (twenty listing pages, about 12 MB of entries),
+// and the lookups after it answer from the listing: for a thousand files
+// of a directory of ten thousand, ten LISTs instead of a thousand HEADs.
+// An isolated lookup still costs one HEAD.
+const (
+	clusterLookups = 3
+	clusterWindow  = time.Second
+	clusterLimit   = 20 * relistLimit
+)
+
+// clustering says whether lookups cluster in the directory now (see
+// clusterLookups). Hold n.mu.
+func (n *dirNode) clustering() bool {
+	return !n.unclusterable && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow
+}
+
 // relist lists the directory again when its complete listing has expired
 // and held at most relistLimit names, so that the lookups of the next
 // ListTTL answer from it, "no such file" included. Creating many files in
 // one directory is the case it is for: each create looks its name up
 // first, and asking the store per name costs a HEAD and a LIST each, where
-// this is one LIST per ListTTL. Concurrent callers share one listing. It
-// returns the complete listing the caller is to answer from: the one it
-// waited for, even if that has expired by the time the caller runs again
+// this is one LIST per ListTTL. It lists a directory of any size, up to
+// the FS's clusterLimit names, when lookups cluster in it (clustering).
+// Concurrent callers share one listing. It returns the listing the caller
+// is to answer from for name: the one it waited for once that holds name
+// or is complete, even if it has expired by the time the caller runs again
 // (it began after the listing the caller missed in had expired: as good
 // an answer as one the caller had waited for while fresh), or one another
 // caller's relist left fresh meanwhile. Nil sends the caller to the store
 // by name.
-func (n *dirNode) relist(ctx context.Context) *listing {
+func (n *dirNode) relist(ctx context.Context, name string) *listing {
 	n.mu.Lock()
 	done, l := n.relisting, n.relisted
 	if done == nil {
@@ -199,35 +225,51 @@ func (n *dirNode) relist(ctx context.Context) *listing {
 			return fresh // another lookup's relist ended since ours missed
 		}
 		arriving := n.listCache != nil && !n.listCache.complete
-		if !n.relistable || arriving {
+		clustered := !n.relistable && n.clustering()
+		if (!n.relistable && !clustered) || arriving {
 			n.mu.Unlock()
 			return nil
 		}
 		done = make(chan struct{})
 		l = newArrivingListing()
 		n.relisting, n.relisted, n.listCache = done, l, l
-		go n.runRelist(l, done)
+		go n.runRelist(l, done, clustered)
 	}
-	n.mu.Unlock()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return nil
+	defer n.mu.Unlock() // every return below holds n.mu
+	l.waiters++
+	defer func() { l.waiters-- }() // before the unlock (deferred calls run last first)
+	for {
+		if _, found := l.entries[name]; found || l.complete {
+			return l
+		}
+		moved := l.moved
+		n.mu.Unlock()
+		select {
+		case <-done:
+			n.mu.Lock()
+			if !l.complete {
+				return nil // stopped, failed, or replaced by a READDIR's listing
+			}
+		case <-moved:
+			n.mu.Lock()
+		case <-ctx.Done():
+			n.mu.Lock()
+			return nil
+		}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !l.complete {
-		return nil // stopped, failed, or replaced by a READDIR's listing
-	}
-	return l
 }
 
-// runRelist fills l from the store and closes done. It is not tied to
+// runRelist fills l from the store, up to relistLimit names (the FS's
+// clusterLimit when lookups cluster), and closes done. It is not tied to
 // the lookup that started it: that lookup's interrupt must not cost the
 // others their answer, nor the directory its relisting.
-func (n *dirNode) runRelist(l *listing, done chan struct{}) {
+func (n *dirNode) runRelist(l *listing, done chan struct{}, clustered bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
 	defer cancel()
+	limit := relistLimit
+	if clustered {
+		limit = n.fsys.clusterLimit
+	}
 	seen, tooMany := 0, false
 	cache := func(e dirEntry) {
 		n.mu.Lock()
@@ -236,7 +278,7 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}) {
 			cancel() // a READDIR's listing replaced it
 			return
 		}
-		if seen++; seen > relistLimit {
+		if seen++; seen > limit {
 			// Another client filled the directory: listing it whole
 			// inside a lookup would take a LIST page per thousand names.
 			tooMany = true
@@ -245,6 +287,10 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}) {
 		}
 		if !l.changed[e.name] {
 			l.entries[e.name] = e
+		}
+		if l.waiters > 0 {
+			close(l.moved)
+			l.moved = make(chan struct{})
 		}
 	}
 	err := n.listEach(ctx, cache, func(dir dirEntry) {
@@ -257,10 +303,12 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}) {
 		case tooMany:
 			// Large now: lookups ask the store by name.
 			n.listCache, n.relistable = nil, false
+			n.unclusterable = n.unclusterable || clustered
 		case err != nil:
 			n.listCache = nil // the next miss tries again
 		default:
 			n.keepListing(l)
+			n.byName = 0
 		}
 	}
 	n.relisting, n.relisted = nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,8 +340,8 @@ func (s *overlapStore) List(ctx context.Context, prefix, startAfter string, recu
 	return s.countingStore.List(ctx, prefix, startAfter, recursive)
 }
 
-// Creating files in a directory that is not relisted (never listed here,
-// or too large) asks for each new name's file and directory at once after
+// Creating files in a directory that is not relisted (too large to list,
+// here for the clustered lookups too) asks for each new name's file and directory at once after
 // a few lookups found nothing, saving a round trip per create. The answers
 // stay those of a HEAD first: a name that is both a file and a directory
 // is the file. A name found ends the streak, and a stat of a file is one
@@ -352,7 +353,8 @@ func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
 	put(t, mem, "big/nz/w", []byte("under nz/"))
 	st := &overlapStore{countingStore: countingStore{Store: mem}, prefix: "big/n",
 		waiting: map[string]chan struct{}{}, listed: map[string]bool{}, overlaps: map[string]bool{}}
-	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	f, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	fusefs.SetClusterLimit(f, 2) // big's three names are too many
 	big := filepath.Join(dir, "big")
 	if _, err := os.Stat(big); err != nil { // looked up, never listed
 		t.Fatal(err)
@@ -410,5 +412,74 @@ func TestLookupUnderAShortStatTTL(t *testing.T) {
 	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Nanosecond})
 	if fi, err := os.Stat(filepath.Join(dir, "f")); err != nil || fi.Size() != 1 {
 		t.Fatalf("stat: %v, %v", fi, err)
+	}
+}
+
+// Lookups that cluster in a never-listed directory (a find, a stat of many
+// siblings) list it once, up to the cluster limit, and answer the rest
+// from that listing, "no such file" included: a thousand stats of a
+// directory of ten thousand cost a few HEADs and one listing, not a
+// thousand HEADs. Isolated lookups cost one HEAD each; a directory past
+// the limit is asked by name.
+func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
+	mem := memstore.New()
+	const files = 10_000
+	for i := range files {
+		put(t, mem, fmt.Sprintf("big/f%05d", i), []byte("x"))
+	}
+	for i := range 30 {
+		put(t, mem, fmt.Sprintf("huge/f%05d", i), []byte("x"))
+		put(t, mem, fmt.Sprintf("few/f%05d", i), []byte("x"))
+	}
+	st := &countingStore{Store: mem}
+	f, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	fusefs.SetClusterLimit(f, 20) // huge's thirty are too many; the default is 20,000
+	for _, d := range []string{"big", "huge", "few"} {
+		if _, err := os.Stat(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Isolated: two stats in another directory, a HEAD each.
+	st.heads.Store(0)
+	st.lists.Store(0)
+	for _, name := range []string{"few/f00001", "few/f00002"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, l := st.heads.Load(), st.lists.Load(); h != 2 || l != 0 {
+		t.Fatalf("two isolated stats sent %d HEADs and %d LISTs, want 2 and 0", h, l)
+	}
+	fusefs.SetClusterLimit(f, 20_000)
+	st.heads.Store(0)
+	st.lists.Store(0)
+	st.entries.Store(0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, i := range rng.Perm(files)[:1000] {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/f%05d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/missing%d", i))); !os.IsNotExist(err) {
+			t.Fatalf("stat of a missing name: %v", err)
+		}
+	}
+	h, l, e := st.heads.Load(), st.lists.Load(), st.entries.Load()
+	t.Logf("1,000 stats and 20 misses in a directory of %d: %d HEADs, %d listings of %d entries", files, h, l, e)
+	if h > fusefs.ClusterLookups+1 || l != 1 || e != files {
+		t.Fatalf("1,000 stats and 20 misses sent %d HEADs and %d LISTs (%d entries); want at most %d HEADs and the directory listed once", h, l, e, fusefs.ClusterLookups+1)
+	}
+	// Past the limit: by name, and never listed again.
+	fusefs.SetClusterLimit(f, 20)
+	st.heads.Store(0)
+	st.lists.Store(0)
+	for i := range 30 {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("huge/f%05d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, l := st.heads.Load(), st.lists.Load(); h < 29 || l != 1 {
+		t.Fatalf("30 stats in a directory past the limit sent %d HEADs and %d LISTs, want a HEAD each and one listing that stopped", h, l)
 	}
 }

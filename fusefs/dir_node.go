@@ -37,6 +37,13 @@ type dirNode struct {
 	// missStreak counts the lookups in a row that asked the store by name
 	// and found nothing (see expectNewName).
 	missStreak int
+	// byName counts the lookups that asked the store by name since
+	// byNameSince, within clusterWindow (see clustering).
+	byName      int
+	byNameSince time.Time
+	// unclusterable: a listing started by clustered lookups found more
+	// than the FS's clusterLimit names; lookups here ask by name.
+	unclusterable bool
 }
 
 // newNameStreak is how many lookups by name in a row must find nothing
@@ -185,7 +192,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			e, known = n.listedEntry(ctx, e)
 		}
 		if !known {
-			if l := n.relist(ctx); l != nil {
+			if l := n.relist(ctx, name); l != nil {
 				e, found, known = n.answerFrom(l, name)
 			}
 		}
@@ -228,10 +235,15 @@ func (n *dirNode) expectNewName() bool {
 	return n.missStreak >= newNameStreak
 }
 
-// noteLookupByName keeps the streak of lookups by name that found nothing.
+// noteLookupByName keeps the streak of lookups by name that found
+// nothing, and counts the lookups by name of the current clusterWindow.
 func (n *dirNode) noteLookupByName(err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if now := time.Now(); now.Sub(n.byNameSince) > clusterWindow {
+		n.byName, n.byNameSince = 0, now
+	}
+	n.byName++
 	switch {
 	case errors.Is(err, store.ErrNotExist):
 		n.missStreak++

@@ -18,6 +18,13 @@ func HoldsListing(f *FS, name string) bool {
 	return d.listCache != nil
 }
 
+// ClusterLookups is how many lookups by name make lookups cluster.
+const ClusterLookups = clusterLookups
+
+// SetClusterLimit lowers the size of directory that clustered lookups
+// list, so that tests reach it cheaply. Call it before the lookups.
+func SetClusterLimit(f *FS, n int) { f.clusterLimit = n }
+
 // SetMaxParts lowers S3's limit on the parts of one upload, so that tests
 // reach it cheaply. Call it before writing.
 func SetMaxParts(f *FS, n int) { f.maxParts = n }

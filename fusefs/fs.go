@@ -69,6 +69,9 @@ type FS struct {
 	prefetchStalls atomic.Int64
 	// maxParts is S3's limit on the parts of one upload; tests lower it.
 	maxParts int
+	// clusterLimit bounds the names a listing started by clustered
+	// lookups keeps (see dirNode.clustering); tests lower it.
+	clusterLimit int
 
 	bufOnce sync.Once
 	bufs    *buffers
@@ -152,6 +155,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	f.reorderWait = opts.waits.reorderWait
 	f.stopping.init()
 	f.maxParts = store.MaxParts
+	f.clusterLimit = clusterLimit
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true
 	}
