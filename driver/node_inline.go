@@ -48,7 +48,8 @@ func (n *nodeServer) publishInline(ctx context.Context, req *csi.NodePublishVolu
 	}
 	defer n.locks.lock(req.GetVolumeId())()
 	st, err := n.state.load(req.GetVolumeId())
-	if err != nil {
+	staged := err != nil
+	if staged {
 		uid, err := n.inlineMounter(ctx, req.GetVolumeId())
 		if err != nil {
 			return nil, err
@@ -59,13 +60,26 @@ func (n *nodeServer) publishInline(ctx context.Context, req *csi.NodePublishVolu
 			Staging: n.state.inlineStaging(req.GetVolumeId()), Targets: map[string]bool{}, Inline: true,
 		}
 		if err := n.stage(ctx, st); err != nil {
+			n.dropInline(ctx, st)
 			return nil, err
 		}
 	}
 	if err := n.publish(st, req); err != nil {
+		if staged && len(st.Targets) == 0 {
+			n.dropInline(ctx, st)
+		}
 		return nil, err
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// dropInline unstages an inline volume staged for a publish that failed:
+// should kubelet not retry (its pod deleted meanwhile), no unpublish
+// would come for it.
+func (n *nodeServer) dropInline(ctx context.Context, st *stagedVolume) {
+	if err := n.unstage(ctx, st.VolumeID, st.Staging); err != nil {
+		n.log.Warn("unstage an inline volume whose publish failed", "volume", st.VolumeID, "err", err)
+	}
 }
 
 // inlineMounter waits (bounded) for the controller to start the mounter

@@ -329,6 +329,30 @@ func TestHandoff(t *testing.T) {
 	}
 }
 
+// An inline volume's mounter (--exit-when-released) exits 0 once the node
+// releases it, after uploading what its pod wrote with --async-close:
+// its pod is done, and the controller deletes a mounter that exited.
+func TestHandoffExitWhenReleased(t *testing.T) {
+	srv := miniotest.Start(t)
+	m := startHandoff(t, srv, "--exit-when-released", "--async-close")
+	m.serve(t)
+	if err := os.WriteFile(filepath.Join(m.mnt, "last-words"), []byte("uploaded before the exit"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.release(t)
+	if err := m.exit(t, 20*time.Second); err != nil {
+		t.Fatalf("mounter exit: %v\n%s", err, m.logs())
+	}
+	obj, err := srv.Client().GetObject(context.Background(), m.bucket, "last-words", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	if got, err := io.ReadAll(obj); err != nil || string(got) != "uploaded before the exit" {
+		t.Fatalf("after the exit the object holds %q (%v)", got, err)
+	}
+}
+
 // TestHandoffSignalWhileServing: the mounter pod is deleted while a pod
 // still uses the volume. The mounter keeps serving, closes wait for their
 // upload from then on (with --async-close too), and once NodeUnstage

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	corev1 "k8s.io/api/core/v1"
 	"sync"
 	"time"
 
@@ -42,3 +43,27 @@ func Locked(k *Kube, m spec.Mounter) bool {
 
 // AttachmentName is the name Kubernetes gives a CSI volume's attachment.
 func AttachmentName(handle, driver, node string) string { return attachmentName(handle, driver, node) }
+
+// SyncInline runs the inline volumes' sync of one pod now, on the running
+// watch (Run's), and waits for the stops it starts.
+func SyncInline(ctx context.Context, k *Kube, namespace, name string) error {
+	w := k.inline.Load()
+	err := k.syncInline(ctx, w, namespace+"/"+name)
+	for {
+		busy := false
+		w.stopping.Range(func(any, any) bool { busy = true; return false })
+		if !busy {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// InlinePodPhase is the phase the inline watch's cache holds of a pod.
+func InlinePodPhase(k *Kube, namespace, name string) corev1.PodPhase {
+	p, err := k.inline.Load().pods[namespace].Get(name)
+	if err != nil {
+		return ""
+	}
+	return p.Status.Phase
+}

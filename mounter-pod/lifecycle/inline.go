@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -31,8 +33,13 @@ import (
 // credentials of the Secret the pod names (nodePublishSecretRef, in its
 // own namespace). What the pod declares is read from the API server, not
 // from the node, and the node plugin gets no right to make pods: a node
-// cannot start mounters of its own choosing. The mounter goes when the
-// pod goes (or finishes), after kubelet has unpublished the volume.
+// cannot start mounters of its own choosing. An inline volume's mounter
+// exits once kubelet has unpublished the volume (the node releases it,
+// and it runs with --exit-when-released): kubelet does that after the
+// pod's containers ended, even after it wrote the pod's final phase. The
+// controller deletes a mounter that exited, or whose pod is gone; a pod
+// still terminating that lost its mounter (a drain evicts both) gets a
+// new one, so that kubelet's unpublish can still upload what it holds.
 
 // inlineResync is how often every watched pod is looked at again: a
 // mounter deleted while its pod runs is started again within this, and
@@ -43,11 +50,24 @@ const inlineResync = 30 * time.Second
 // be ready (up to ReadyTimeout) without holding up the others.
 const inlineWorkers = 4
 
+// inlineCredentialsEvery is how often a running inline mounter's
+// credentials are compared with its pod's Secret (one GET each).
+const inlineCredentialsEvery = 2 * time.Minute
+
 // inlineWatch is the controller's watch of pods that may declare inline
 // volumes.
 type inlineWatch struct {
-	pods  map[string]corelisters.PodNamespaceLister // by namespace
-	queue workqueue.TypedRateLimitingInterface[string]
+	// namespaces are those watched: the allow-list's where the driver
+	// may list pods.
+	namespaces []string
+	pods       map[string]corelisters.PodNamespaceLister // by namespace
+	queue      workqueue.TypedRateLimitingInterface[string]
+	// refreshed is when each running mounter's credentials were last
+	// compared with its pod's Secret, by spec.Mounter.Key.
+	refreshed sync.Map
+	// stopping are the mounters being stopped, by spec.Mounter.Key: a
+	// stop waits for the mounter to drain, off the workers.
+	stopping sync.Map
 }
 
 // runInline launches and stops the mounters of inline volumes until ctx
@@ -66,7 +86,7 @@ func (k *Kube) runInline(ctx context.Context) {
 				k.Logger.Error("the allow-list of inline volumes is unreadable: kept as it was", "err", err)
 			}
 			lastErr = err.Error()
-		case !slices.Equal(rules.Namespaces(), watching):
+		case !slices.Equal(rules.Namespaces(), watching) || k.inlineMissing(watching):
 			lastErr = ""
 			stop()
 			k.inline.Store(nil)
@@ -88,13 +108,21 @@ func (k *Kube) runInline(ctx context.Context) {
 	}
 }
 
+// inlineMissing says whether the running watch left out a namespace of
+// want, where it could not list pods when it started (an API timeout, the
+// Role not there yet): the next tick starts it again.
+func (k *Kube) inlineMissing(want []string) bool {
+	w := k.inline.Load()
+	return w != nil && !slices.Equal(w.namespaces, want)
+}
+
 // watchInline keeps the mounters of the inline volumes of pods in
 // namespaces right until ctx ends.
 func (k *Kube) watchInline(ctx context.Context, namespaces []string) {
 	if len(namespaces) == 0 {
 		return
 	}
-	w := &inlineWatch{pods: map[string]corelisters.PodNamespaceLister{},
+	w := &inlineWatch{namespaces: []string{}, pods: map[string]corelisters.PodNamespaceLister{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	defer w.queue.ShutDown()
 	enqueue := func(obj any) {
@@ -119,6 +147,7 @@ func (k *Kube) watchInline(ctx context.Context, namespaces []string) {
 			return
 		}
 		w.pods[ns] = inf.Lister().Pods(ns)
+		w.namespaces = append(w.namespaces, ns)
 		factories = append(factories, f)
 	}
 	for _, f := range factories {
@@ -156,8 +185,8 @@ func (k *Kube) inlineNext(ctx context.Context, w *inlineWatch) bool {
 }
 
 // syncInline makes the mounters of the pod named key what it needs: one
-// per inline volume of this driver while it is scheduled and has not
-// finished, none after.
+// per inline volume of this driver from when it is scheduled until kubelet
+// has unpublished the volume (its mounter exited), none after.
 func (k *Kube) syncInline(ctx context.Context, w *inlineWatch, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -165,25 +194,29 @@ func (k *Kube) syncInline(ctx context.Context, w *inlineWatch, key string) error
 	}
 	pod, err := w.pods[ns].Get(name)
 	if apierrors.IsNotFound(err) {
-		return k.stopInline(ctx, ns+"/"+name+"/")
+		// Gone: kubelet removes a pod only once its volumes are
+		// unpublished, so anything left is stopped (a mounter still
+		// serving, after a forced delete, drains on SIGTERM).
+		return k.stopInline(ctx, w, ns+"/"+name+"/", false)
 	}
 	if err != nil {
 		return err
 	}
-	if finished(pod) {
-		return k.stopInline(ctx, forPod(pod))
-	}
-	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
-		// Not scheduled yet; or being deleted, when its mounter stays
-		// until kubelet has unpublished the volume and the pod is gone.
+	if pod.Spec.NodeName == "" {
 		return nil
+	}
+	// Done with its mounters: those that exited (released) go now.
+	if finished(pod) {
+		if err := k.stopInline(ctx, w, forPod(pod), true); err != nil {
+			return err
+		}
 	}
 	var errs []error
 	for _, v := range pod.Spec.Volumes {
 		if v.CSI == nil || v.CSI.Driver != k.Driver {
 			continue
 		}
-		err := k.ensureInline(ctx, pod, v)
+		err := k.ensureInline(ctx, w, pod, v)
 		if err == nil {
 			continue
 		}
@@ -204,7 +237,7 @@ func (k *Kube) syncInline(ctx context.Context, w *inlineWatch, key string) error
 // Secret.
 func userMistake(err error) bool {
 	var pe *volume.ParseError
-	return errors.As(err, &pe) || errors.Is(err, inline.ErrNotAllowed) || errors.Is(err, ErrNoCredentials) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
+	return errors.As(err, &pe) || errors.Is(err, inline.ErrNotAllowed) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrInlineLimit) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 }
 
 // finished says whether a pod's containers have all ended for good.
@@ -215,14 +248,36 @@ func finished(pod *corev1.Pod) bool {
 // forPod is the spec.Mounter.ForPod of the inline volumes of pod.
 func forPod(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name + "/" + string(pod.UID) }
 
-// ensureInline launches the mounter of pod's inline volume v, or keeps a
-// running one's credentials current with the pod's Secret.
-func (k *Kube) ensureInline(ctx context.Context, pod *corev1.Pod, v corev1.Volume) error {
+// ensureInline launches the mounter of pod's inline volume v where the
+// pod needs one, or keeps a running one's credentials current with the
+// pod's Secret. A pod needs its mounter until kubelet unpublished the
+// volume: the mounter then exits (Succeeded), and a finished pod has none
+// to start again.
+func (k *Kube) ensureInline(ctx context.Context, w *inlineWatch, pod *corev1.Pod, v corev1.Volume) error {
 	handle := inline.Handle(string(pod.UID), v.Name)
+	m := spec.Mounter{VolumeID: handle, NodeID: pod.Spec.NodeName,
+		ReadOnly: v.CSI.ReadOnly != nil && *v.CSI.ReadOnly, ForPod: forPod(pod)}
+	running, err := k.cache.pods[k.Namespace].Get(m.PodName())
+	if err != nil {
+		running = nil
+	}
+	switch {
+	case running != nil && running.Status.Phase == corev1.PodSucceeded && (pod.DeletionTimestamp != nil || finished(pod)):
+		return nil // released: the volume is unpublished
+	case running == nil || !alive(running):
+		if finished(pod) {
+			return nil
+		}
+	default:
+		if last, ok := w.refreshed.Load(m.Key()); ok && time.Since(last.(time.Time)) < inlineCredentialsEvery {
+			return nil
+		}
+	}
 	vol, err := inline.Volume(handle, v.CSI.VolumeAttributes)
 	if err != nil {
 		return err
 	}
+	m.Volume = vol
 	rules, err := inline.Load(k.InlineAllowFile)
 	if err != nil {
 		return err
@@ -234,14 +289,40 @@ func (k *Kube) ensureInline(ctx context.Context, pod *corev1.Pod, v corev1.Volum
 	if err != nil {
 		return err
 	}
-	m := spec.Mounter{VolumeID: handle, NodeID: pod.Spec.NodeName, Volume: vol,
-		ReadOnly: v.CSI.ReadOnly != nil && *v.CSI.ReadOnly, ForPod: forPod(pod)}
-	if running, err := k.cache.pods[k.Namespace].Get(m.PodName()); err == nil && alive(running) {
+	if running != nil && alive(running) {
+		w.refreshed.Store(m.Key(), time.Now())
 		return k.refreshInline(ctx, running, m, creds)
+	}
+	if err := k.withinLimit(pod.Namespace, rules.MountersFor(pod.Namespace)); err != nil {
+		return err
 	}
 	_, err = k.Launch(ctx, m, creds)
 	return err
 }
+
+// withinLimit refuses a new inline mounter for namespace once it runs
+// limit of them: they run in the driver's namespace, outside the
+// tenant's ResourceQuota.
+func (k *Kube) withinLimit(namespace string, limit int) error {
+	pods, err := k.cache.pods[k.Namespace].List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, p := range pods {
+		if strings.HasPrefix(p.Annotations[spec.AnnotationForPod], namespace+"/") && alive(p) {
+			n++
+		}
+	}
+	if n >= limit {
+		return fmt.Errorf("%w: namespace %q runs %d inline volume mounters, its limit (maxMounters of its rules in inline.allow)", ErrInlineLimit, namespace, n)
+	}
+	return nil
+}
+
+// ErrInlineLimit: a namespace has as many inline volume mounters as its
+// rules allow.
+var ErrInlineLimit = errors.New("too many inline volumes")
 
 // inlineCredentials reads the Secret an inline volume names, in its pod's
 // namespace: an inline volume never gets the driver's own keys.
@@ -279,25 +360,32 @@ func (k *Kube) refreshInline(ctx context.Context, pod *corev1.Pod, m spec.Mounte
 }
 
 // stopInline stops the mounters of the inline volumes of the pod that
-// ref names (spec.Mounter.ForPod; one that ends in "/" names every pod
-// of that namespace and name).
-func (k *Kube) stopInline(ctx context.Context, ref string) error {
+// ref names (spec.Mounter.ForPod; one that ends in "/" names every pod of
+// that namespace and name); only those that exited, with exited. The
+// stops run off the caller: each waits for its mounter to drain.
+func (k *Kube) stopInline(ctx context.Context, w *inlineWatch, ref string, exited bool) error {
 	pods, err := k.mounterPods(ctx)
 	if err != nil {
 		return err
 	}
-	var errs []error
 	for _, pod := range pods {
-		if !matchesPod(pod.Annotations[spec.AnnotationForPod], ref) || pod.Namespace != k.Namespace {
+		if !matchesPod(pod.Annotations[spec.AnnotationForPod], ref) || pod.Namespace != k.Namespace || (exited && alive(pod)) {
 			continue
 		}
 		m := spec.Mounter{VolumeID: pod.Annotations[spec.AnnotationVolume], NodeID: pod.Annotations[spec.AnnotationNode]}
-		k.Logger.Info("stopping the mounter of an inline volume whose pod is gone or finished", "pod", ref, "volume", m.VolumeID, "node", m.NodeID)
-		if err := k.Stop(ctx, m); err != nil {
-			errs = append(errs, err)
+		if _, busy := w.stopping.LoadOrStore(m.Key(), true); busy {
+			continue
 		}
+		k.Logger.Info("stopping the mounter of an inline volume", "pod", ref, "volume", m.VolumeID, "node", m.NodeID, "exited", !alive(pod))
+		go func() {
+			defer w.stopping.Delete(m.Key())
+			defer w.refreshed.Delete(m.Key())
+			if err := k.Stop(ctx, m); err != nil {
+				k.Logger.Warn("stop the mounter of an inline volume", "volume", m.VolumeID, "node", m.NodeID, "err", err)
+			}
+		}()
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func matchesPod(have, ref string) bool {
@@ -308,12 +396,16 @@ func matchesPod(have, ref string) bool {
 }
 
 // inlineWanted says whether the mounter pod of an inline volume (its
-// AnnotationForPod is ref) still serves a pod: one of that name and UID
-// that has not finished. Whatever cannot be told is wanted.
+// AnnotationForPod is ref) may still serve a pod: one of that name and
+// UID, in a namespace the allow-list still names. Whatever cannot be
+// told is wanted.
 func (k *Kube) inlineWanted(ctx context.Context, ref string) bool {
 	parts := strings.SplitN(ref, "/", 3)
 	if len(parts) != 3 {
 		return true
+	}
+	if rules, err := inline.Load(k.InlineAllowFile); err == nil && !slices.Contains(rules.Namespaces(), parts[0]) {
+		return false // taken off the list: the admin revoked it
 	}
 	var pod *corev1.Pod
 	var err error
@@ -328,5 +420,5 @@ func (k *Kube) inlineWanted(ctx context.Context, ref string) bool {
 	if err != nil {
 		return true
 	}
-	return string(pod.UID) == parts[2] && !finished(pod)
+	return string(pod.UID) == parts[2]
 }

@@ -131,7 +131,66 @@ func TestInlineVolumesGetMountersWhileTheirPodLives(t *testing.T) {
 	if _, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{}); err != nil {
 		t.Fatalf("the orphan pass took the mounter of a live pod: %v", err)
 	}
-	// The pod goes: so does its mounter.
+	// The pod terminating: its mounter stays, and one lost (a drain
+	// evicts both) is started again, for kubelet's unpublish to drain it.
+	app, err = kc.CoreV1().Pods("team-a").Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	app.DeletionTimestamp = &now
+	if err := kc.CoreV1().Pods(ns).Delete(ctx, m.PodName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Pods("team-a").Update(ctx, app, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the mounter of a terminating pod started again", func() bool {
+		// Again until the controller's cache has seen the mounter go.
+		if err := lifecycle.SyncInline(ctx, k, "team-a", "app"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
+		return err == nil
+	})
+	// Its containers ended (kubelet writes the phase before it
+	// unpublishes): the mounter still serves until released.
+	app.Status.Phase = corev1.PodSucceeded
+	if _, err := kc.CoreV1().Pods("team-a").UpdateStatus(ctx, app, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the watch to see the pod finished", func() bool {
+		return lifecycle.InlinePodPhase(k, "team-a", "app") == corev1.PodSucceeded
+	})
+	if err := lifecycle.SyncInline(ctx, k, "team-a", "app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the mounter of a finished pod went before it was released: %v", err)
+	}
+	if n, err := lifecycle.CollectOrphans(ctx, k); err != nil || n != 0 {
+		t.Fatalf("the orphan pass took %d mounters (%v) of a finished pod not yet deleted", n, err)
+	}
+	// Released (the node unpublished it), the mounter exits: it goes.
+	mounter, err = kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounter.Status.Phase = corev1.PodSucceeded
+	if _, err := kc.CoreV1().Pods(ns).UpdateStatus(ctx, mounter, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the released mounter of a finished pod deleted", func() bool {
+		if err := lifecycle.SyncInline(ctx, k, "team-a", "app"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	// The pod goes: so does anything left of its mounters.
+	if _, err := kc.CoreV1().Pods(ns).Create(ctx, stray2(t, m), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := kc.CoreV1().Pods("team-a").Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,4 +198,14 @@ func TestInlineVolumesGetMountersWhileTheirPodLives(t *testing.T) {
 		_, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
+}
+
+// stray2 is a live mounter pod of m, as a forced delete of its pod leaves.
+func stray2(t *testing.T, m spec.Mounter) *corev1.Pod {
+	m.ForPod = "team-a/app/app-uid-1"
+	p, err := spec.Template{Image: "objfuse:test"}.Pod(m, ns, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

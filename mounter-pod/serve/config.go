@@ -39,7 +39,12 @@ type Config struct {
 	// successor can take the connection over when this process dies
 	// (package fusefs/takeover), journaling in StateDir.
 	Takeover bool
-	Logger   *slog.Logger
+	// ExitWhenReleased makes Handoff exit once the node plugin releases
+	// the mount (an inline volume's mounter: its pod is done with it, and
+	// the controller deletes a mounter that exited), instead of waiting
+	// for the volume to be staged again.
+	ExitWhenReleased bool
+	Logger           *slog.Logger
 }
 
 func (c Config) drainTimeout() time.Duration {

@@ -31,7 +31,7 @@ const TerminationLog = "/dev/termination-log"
 // lost: closes wait for their upload from then on, and uploads still
 // running at cfg.DrainTimeout are reported lost (fusefs.FS.StopBy), for
 // the node plugin to tell the pods before the kubelet's SIGKILL. Released
-// after a signal, the mounter exits.
+// after a signal, or with cfg.ExitWhenReleased, the mounter exits.
 func Handoff(ctx context.Context, cfg Config, socket string) error {
 	f, err := cfg.Open(ctx)
 	if err != nil {
@@ -66,8 +66,8 @@ func Handoff(ctx context.Context, cfg Config, socket string) error {
 	for {
 		select {
 		case <-m.ended():
-			if stopping && m.wasReleased() {
-				cfg.Logger.Info("released after a signal; exiting")
+			if (stopping || cfg.ExitWhenReleased) && m.wasReleased() {
+				cfg.Logger.Info("released; exiting", "signalled", stopping)
 				return nil
 			}
 			if m.wasReleased() {

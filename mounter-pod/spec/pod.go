@@ -121,6 +121,10 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 	}
 	args := m.Args(SocketPath, CredentialsDir, StagingDir)
 	args = BeforeSource(args, "--drain-timeout="+drainTimeout(*grace).String())
+	if m.ForPod != "" {
+		// Released, an inline volume's mounter is done: its pod is.
+		args = BeforeSource(args, "--exit-when-released")
+	}
 	if limit, bounded, err := t.stagingLimitMiB(res, m); err != nil {
 		return nil, err
 	} else if bounded {

@@ -42,7 +42,7 @@ func TestInlineVolumes(t *testing.T) {
 	in := *s
 	in.ns = inlineNS
 	t.Cleanup(func() {
-		for _, p := range []string{"writer", "outside"} {
+		for _, p := range []string{"writer", "outside", "job"} {
 			in.kc.CoreV1().Pods(inlineNS).Delete(ctx, p, metav1.DeleteOptions{})
 		}
 	})
@@ -82,6 +82,25 @@ func TestInlineVolumes(t *testing.T) {
 		t.Fatalf("after the pod went, s3://%s/%s/file.bin has sha256 %s, want %s", inlineBucket, prefix, got, sum)
 	}
 
+	// A pod that writes with asyncClose and ends (a Job's): kubelet
+	// unpublishes the volume after the pod's phase says Succeeded; the
+	// mounter uploads what is pending, exits, and goes, while the pod is
+	// still there; the file is whole in S3.
+	job := in.inlinePodWith("job", endpoint, prefix, map[string]string{"asyncClose": "true"},
+		`set -e; head -c 8388608 /dev/urandom > /data/job.bin; echo "sum $(sha256sum /data/job.bin | cut -d' ' -f1)"`)
+	jobSum := in.awaitLog("job", "sum ")
+	in.waitPod("job", corev1.PodSucceeded, 2*time.Minute)
+	jobHandle := inline.Handle(string(job.UID), "data")
+	s.eventually(3*time.Minute, "the mounter of a finished pod gone once released", func() (bool, error) {
+		return s.mountersFor(jobHandle) == 0, nil
+	})
+	if _, err := in.kc.CoreV1().Pods(inlineNS).Get(ctx, "job", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the finished pod: %v", err)
+	}
+	if got := s.objectSum(inlineBucket, prefix+"/job.bin"); got != jobSum {
+		t.Fatalf("s3://%s/%s/job.bin has sha256 %s, the pod wrote %s", inlineBucket, prefix, got, jobSum)
+	}
+
 	// A namespace the allow-list does not name: an Event, no mounter.
 	if _, err := s.kc.CoreV1().Secrets(s.ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "objfuse-minio"},
@@ -108,6 +127,16 @@ func TestInlineVolumes(t *testing.T) {
 // of prefix in inlineBucket at /data.
 func (s *suite) inlinePod(name, endpoint, prefix, script string) *corev1.Pod {
 	s.t.Helper()
+	return s.inlinePodWith(name, endpoint, prefix, nil, script)
+}
+
+// inlinePodWith is inlinePod with more volume attributes (mount options).
+func (s *suite) inlinePodWith(name, endpoint, prefix string, more map[string]string, script string) *corev1.Pod {
+	s.t.Helper()
+	attrs := map[string]string{"endpoint": endpoint, "pathStyle": "true", "bucket": inlineBucket, "prefix": prefix}
+	for k, v := range more {
+		attrs[k] = v
+	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
@@ -120,10 +149,8 @@ func (s *suite) inlinePod(name, endpoint, prefix, script string) *corev1.Pod {
 			Volumes: []corev1.Volume{{
 				Name: "data",
 				VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
-					Driver: "objfuse.csi.io",
-					VolumeAttributes: map[string]string{
-						"endpoint": endpoint, "pathStyle": "true", "bucket": inlineBucket, "prefix": prefix,
-					},
+					Driver:               "objfuse.csi.io",
+					VolumeAttributes:     attrs,
 					NodePublishSecretRef: &corev1.LocalObjectReference{Name: "objfuse-minio"},
 				}},
 			}},

@@ -1,6 +1,7 @@
 package inline
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -22,7 +23,15 @@ type Rule struct {
 	Bucket    string `json:"bucket"`
 	// Prefix "" is the whole bucket; "data" allows "data/" and "data/x/".
 	Prefix string `json:"prefix,omitempty"`
+	// MaxMounters bounds the inline volumes the namespace's pods may
+	// have mounted at once (each one mounter pod per node, in the
+	// driver's namespace, outside the namespace's ResourceQuota); 0
+	// means DefaultMaxMounters. A namespace's largest rule holds.
+	MaxMounters int `json:"maxMounters,omitempty"`
 }
+
+// DefaultMaxMounters is a namespace's MaxMounters when its rules say none.
+const DefaultMaxMounters = 16
 
 // Rules are the allow-list, as the admin writes it (the chart's
 // inline.allow, rendered into a ConfigMap the driver reads).
@@ -50,6 +59,9 @@ func Parse(data []byte) (Rules, error) {
 // check validates r and puts its endpoint and prefix in the form a
 // volume's have, so that Allows compares like with like.
 func (r *Rule) check() error {
+	if r.MaxMounters < 0 {
+		return fmt.Errorf("maxMounters %d: want a positive number, or none for %d", r.MaxMounters, DefaultMaxMounters)
+	}
 	if errs := validation.IsDNS1123Label(r.Namespace); len(errs) > 0 {
 		return fmt.Errorf("namespace %q: %s", r.Namespace, strings.Join(errs, "; "))
 	}
@@ -88,6 +100,18 @@ func (rs Rules) Namespaces() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// MountersFor is how many inline volumes namespace's pods may have
+// mounted at once.
+func (rs Rules) MountersFor(namespace string) int {
+	limit := 0
+	for _, r := range rs {
+		if r.Namespace == namespace {
+			limit = max(limit, cmp.Or(r.MaxMounters, DefaultMaxMounters))
+		}
+	}
+	return limit
 }
 
 // Allows says whether a pod in namespace may declare an inline volume of

@@ -63,6 +63,15 @@ func TestRulesAllowOnlyWhatTheyName(t *testing.T) {
 	if got := rs.Namespaces(); strings.Join(got, ",") != "team-a,team-b" {
 		t.Errorf("Namespaces() = %v", got)
 	}
+	more, err := inline.Parse([]byte(allowList + "- {namespace: team-b, endpoint: 'https://s3.example.com', bucket: other, maxMounters: 40}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]int{"team-a": inline.DefaultMaxMounters, "team-b": 40, "team-c": 0} {
+		if got := more.MountersFor(ns); got != want {
+			t.Errorf("MountersFor(%s) = %d, want %d", ns, got, want)
+		}
+	}
 }
 
 func TestBadRulesAreRefused(t *testing.T) {
@@ -73,6 +82,7 @@ func TestBadRulesAreRefused(t *testing.T) {
 		"- namespace: a\n  endpoint: http://h:9000\n  bucket: bkt-1\n  prefix: ../x",
 		"- namespace: a\n  endpoint: http://h:9000\n  bucket: bkt-1\n  buckets: [x]",
 		"namespace: a",
+		"- namespace: a\n  endpoint: http://h:9000\n  bucket: bkt-1\n  maxMounters: -1",
 	} {
 		if _, err := inline.Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%q) took it", bad)
