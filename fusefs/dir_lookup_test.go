@@ -479,7 +479,9 @@ func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if h, l := st.heads.Load(), st.lists.Load(); h < 29 || l != 1 {
-		t.Fatalf("30 stats in a directory past the limit sent %d HEADs and %d LISTs, want a HEAD each and one listing that stopped", h, l)
+	// The listing answers the names it brought before it stopped (at
+	// most the limit); the rest are asked by name.
+	if h, l := st.heads.Load(), st.lists.Load(); h < 30-20 || l != 1 {
+		t.Fatalf("30 stats in a directory past the limit sent %d HEADs and %d LISTs, want at least 10 and one listing that stopped", h, l)
 	}
 }
