@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -60,6 +61,9 @@ type env struct {
 	randReads int
 	stats     int
 	lsSizes   []int
+	// The data loader row's files: how many, and the size of each.
+	loaderFiles int
+	loaderSize  int64
 }
 
 // key is the object key of a path relative to the mounts' root.
@@ -89,9 +93,11 @@ func run() (code int) {
 		rounds      = flag.Int("rounds", 3, "interleaved rounds; each figure is their median")
 		files       = flag.Int("files", 1000, "4 KiB files the create row makes")
 		randReads   = flag.Int("rand-reads", 200, "random 4 KiB reads after a cold mount")
-		stats       = flag.Int("stats", 100, "never-listed files the stat row stats")
+		stats       = flag.Int("stats", 1000, "never-listed files the stat row stats")
+		loaderFiles = flag.Int("loader-files", 10000, "files the data loader row reads")
+		loaderSize  = flag.String("loader-size", "100KiB", "size of each file the data loader row reads")
 		lsFlag      = flag.String("ls", "1000,10000", "sizes of the directories `ls -l` lists")
-		only        = flag.String("fs", "objfuse,objfuse-async,objfuse-cache,s3fs,rclone-off,rclone-full", "filesystems to measure (raw minio-go always runs)")
+		only        = flag.String("fs", "objfuse,objfuse-async,objfuse-cache,s3fs,rclone-off,rclone-full,geesefs", "filesystems to measure (raw minio-go always runs)")
 		rowsFlag    = flag.String("rows", strings.Join(rowOrder, ","), "rows to run")
 		objfuseBin  = flag.String("objfuse-bin", "", "prebuilt objfuse-mount (default: go build ./cmd/objfuse-mount)")
 		install     = flag.Bool("install", false, "apt-get install s3fs and rclone if missing")
@@ -118,7 +124,11 @@ func run() (code int) {
 		fmt.Fprintf(os.Stderr, "bench: -files %d: want 1 to 99999\n", *files)
 		return 2
 	}
-	e := &env{prefix: strings.Trim(*prefix, "/"), size: size, files: *files, randReads: *randReads, stats: *stats}
+	e := &env{prefix: strings.Trim(*prefix, "/"), size: size, files: *files, randReads: *randReads, stats: *stats, loaderFiles: *loaderFiles}
+	if e.loaderSize, err = parseSize(*loaderSize); err != nil || e.loaderSize < 1 || *loaderFiles < 1 || *loaderFiles > 99999 {
+		fmt.Fprintf(os.Stderr, "bench: -loader-files %d -loader-size %q: want 1 to 99999 files of a size such as 100KiB (%v)\n", *loaderFiles, *loaderSize, err)
+		return 2
+	}
 	for _, s := range strings.Split(*lsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 99999 {
@@ -278,8 +288,8 @@ func run() (code int) {
 		}
 	}
 
-	cfg := fmt.Sprintf("MinIO %s on 127.0.0.1 (single drive), -size %s, -rounds %d, -files %d, -rand-reads %d, -stats %d, -ls %s",
-		minioVersion(), humanSize(e.size), *rounds, e.files, e.randReads, e.stats, *lsFlag)
+	cfg := fmt.Sprintf("MinIO %s on 127.0.0.1 (single drive), -size %s, -rounds %d, -files %d, -rand-reads %d, -stats %d, -ls %s, -loader-files %d, -loader-size %s",
+		minioVersion(), humanSize(e.size), *rounds, e.files, e.randReads, e.stats, *lsFlag, e.loaderFiles, humanSize(e.loaderSize))
 	if n := settleNote(); n != "" {
 		notes = append(notes, n)
 	}
@@ -343,7 +353,7 @@ func (e *env) setup(srv *miniotest.Server) error {
 	e.pattern = make([]byte, 16<<20)
 	rand.Read(e.pattern)
 	logf("uploading %s for the read rows", humanSize(e.size))
-	dirs := append([]string{"data"}, lsDirs(e.lsSizes)...)
+	dirs := append([]string{"data", loaderDir}, lsDirs(e.lsSizes)...)
 	if e.prefix != "" {
 		dirs = append([]string{""}, dirs...)
 	}
@@ -357,11 +367,13 @@ func (e *env) setup(srv *miniotest.Server) error {
 	}
 	for _, n := range e.lsSizes {
 		logf("uploading %d objects to %s/", n, lsDir(n))
-		if err := e.putMany(n); err != nil {
+		if err := e.putMany(n, lsKey, nil); err != nil {
 			return err
 		}
 	}
-	return nil
+	logf("uploading %d objects of %s to %s/", e.loaderFiles, humanSize(e.loaderSize), loaderDir)
+	body := e.pattern[:e.loaderSize]
+	return e.putMany(e.loaderFiles, func(_, i int) string { return loaderKey(i) }, body)
 }
 
 func lsDirs(ns []int) []string {
@@ -372,7 +384,12 @@ func lsDirs(ns []int) []string {
 	return out
 }
 
-func (e *env) putMany(n int) error {
+// putMany puts n objects named key(n, i), each holding body (or a
+// short text when body is nil), 16 at a time.
+func (e *env) putMany(n int, key func(n, i int) string, body []byte) error {
+	if body == nil {
+		body = []byte("objfuse bench\n")
+	}
 	keys := make(chan string)
 	errs := make(chan error, 16)
 	var wg sync.WaitGroup
@@ -381,7 +398,7 @@ func (e *env) putMany(n int) error {
 		go func() {
 			defer wg.Done()
 			for k := range keys {
-				if _, err := e.client.PutObject(context.Background(), e.bucket, e.key(k), strings.NewReader("objfuse bench\n"), 14, minio.PutObjectOptions{}); err != nil {
+				if _, err := e.client.PutObject(context.Background(), e.bucket, e.key(k), bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -391,7 +408,7 @@ func (e *env) putMany(n int) error {
 		}()
 	}
 	for i := range n {
-		keys <- lsKey(n, i)
+		keys <- key(n, i)
 	}
 	close(keys)
 	wg.Wait()

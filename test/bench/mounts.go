@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/objfuse/objfuse/test/miniotest"
 )
 
 // variant is one filesystem under test: how to start it over a bucket.
@@ -78,6 +80,13 @@ func variants(objfuseBin string) []*variant {
 		}},
 		{name: "rclone-off", bin: "rclone", args: rclone("off"), environ: noCABundle},
 		{name: "rclone-full", bin: "rclone", args: rclone("full"), environ: noCABundle},
+		// geesefs, k8s-csi-s3's filesystem, with its defaults (README
+		// says how to build it; the harness uses it when it is in PATH).
+		{name: "geesefs", bin: "geesefs", args: func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
+			return []string{"-f", "--endpoint", e.endpoint, "--region", "us-east-1", e.source(":"), mnt}
+		}, environ: func(e *env, base []string) []string {
+			return append(noCABundle(e, base), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
+		}},
 	}
 }
 

@@ -21,6 +21,7 @@ var rawRows = map[string]func(e *env, round int) (map[string]float64, error){
 	"stat":   (*env).rawHead,
 	"ls":     (*env).rawList,
 	"create": (*env).rawSmallPuts,
+	"loader": (*env).rawLoader,
 }
 
 // selfCPU is this process's user plus system CPU time: the raw client's
@@ -151,14 +152,38 @@ func (e *env) rawRanged(round int) (map[string]float64, error) {
 func (e *env) rawHead(round int) (map[string]float64, error) {
 	dropCaches()
 	var lat []float64
-	for _, name := range e.statNames(round) {
+	names := e.statNames(round)
+	start := time.Now()
+	for _, name := range names {
 		t0 := time.Now()
 		if _, err := e.client.StatObject(context.Background(), e.bucket, e.key(name), minio.StatObjectOptions{}); err != nil {
 			return nil, err
 		}
 		lat = append(lat, micros(time.Since(t0)))
 	}
-	return map[string]float64{"stat_p50": percentile(lat, 50), "stat_p99": percentile(lat, 99)}, nil
+	return map[string]float64{"stat_p50": percentile(lat, 50), "stat_p99": percentile(lat, 99),
+		"stat_mean": micros(time.Since(start)) / float64(len(names))}, nil
+}
+
+// rawLoader: the loader's objects read whole by loaderReaders GETs side
+// by side, after dropping the page cache as the filesystems' cold mounts
+// do.
+func (e *env) rawLoader(round int) (map[string]float64, error) {
+	dropCaches()
+	names := e.loaderNames(round)
+	start := time.Now()
+	n, err := inParallel(names, func(name string) (int64, error) {
+		o, err := e.client.GetObject(context.Background(), e.bucket, e.key(name), minio.GetObjectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer o.Close()
+		return io.Copy(io.Discard, o)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return loaderFigures(n, len(names), time.Since(start)), nil
 }
 
 // rawList: ListObjectsV2 (delimited, as a directory listing) of each

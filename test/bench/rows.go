@@ -20,7 +20,7 @@ import (
 // A row measures one or more metrics for one variant in one round.
 type rowFunc func(e *env, v *variant, round int) (map[string]float64, error)
 
-var rowOrder = []string{"write", "read", "rand", "stat", "ls", "create"}
+var rowOrder = []string{"write", "read", "rand", "stat", "ls", "create", "loader"}
 
 var fsRows = map[string]rowFunc{
 	"write":  (*env).rowWrite,
@@ -29,6 +29,7 @@ var fsRows = map[string]rowFunc{
 	"stat":   (*env).rowStat,
 	"ls":     (*env).rowLs,
 	"create": (*env).rowCreate,
+	"loader": (*env).rowLoader,
 }
 
 const gib = float64(1 << 30)
@@ -228,6 +229,7 @@ func (e *env) rowStat(v *variant, round int) (map[string]float64, error) {
 		return nil, err
 	}
 	var lat []float64
+	start := time.Now()
 	for _, name := range names {
 		t0 := time.Now()
 		if _, err := os.Stat(filepath.Join(m.dir, name)); err != nil {
@@ -235,7 +237,90 @@ func (e *env) rowStat(v *variant, round int) (map[string]float64, error) {
 		}
 		lat = append(lat, micros(time.Since(t0)))
 	}
-	return map[string]float64{"stat_p50": percentile(lat, 50), "stat_p99": percentile(lat, 99)}, nil
+	return map[string]float64{"stat_p50": percentile(lat, 50), "stat_p99": percentile(lat, 99),
+		"stat_mean": micros(time.Since(start)) / float64(len(names))}, nil
+}
+
+// rowLoader is a training job's data loader: every object of the loader
+// directory read whole, cold, by loaderReaders readers side by side (each
+// takes the next file), timed from the first open to the last byte.
+func (e *env) rowLoader(v *variant, round int) (map[string]float64, error) {
+	m, err := e.startMount(v, true, false)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+	names := e.loaderNames(round)
+	if _, err := os.Stat(filepath.Join(m.dir, loaderDir)); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	n, err := inParallel(names, func(name string) (int64, error) { return readAll(filepath.Join(m.dir, name)) })
+	if err != nil {
+		return nil, err
+	}
+	return loaderFigures(n, len(names), time.Since(start)), nil
+}
+
+// loaderReaders are the data loader's readers (PyTorch's num_workers).
+const loaderReaders = 8
+
+const loaderDir = "loader"
+
+func loaderKey(i int) string { return fmt.Sprintf("%s/s%05d.bin", loaderDir, i) }
+
+// loaderNames are the loader's files in a shuffled order, as an epoch
+// reads them.
+func (e *env) loaderNames(round int) []string {
+	rng := rand.New(rand.NewSource(int64(round) + 200))
+	names := make([]string, 0, e.loaderFiles)
+	for _, i := range rng.Perm(e.loaderFiles) {
+		names = append(names, loaderKey(i))
+	}
+	return names
+}
+
+// inParallel runs read on each name with loaderReaders workers, and
+// returns the bytes read.
+func inParallel(names []string, read func(string) (int64, error)) (int64, error) {
+	next := make(chan string)
+	type result struct {
+		n   int64
+		err error
+	}
+	results := make(chan result, loaderReaders)
+	for range loaderReaders {
+		go func() {
+			var r result
+			for name := range next {
+				if r.err != nil {
+					continue
+				}
+				n, err := read(name)
+				r.n += n
+				if err != nil {
+					r.err = fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			results <- r
+		}()
+	}
+	for _, name := range names {
+		next <- name
+	}
+	close(next)
+	var total int64
+	var errs []error
+	for range loaderReaders {
+		r := <-results
+		total += r.n
+		errs = append(errs, r.err)
+	}
+	return total, errors.Join(errs...)
+}
+
+func loaderFigures(bytes int64, files int, d time.Duration) map[string]float64 {
+	return map[string]float64{"loader_fps": float64(files) / d.Seconds(), "loader_mbps": float64(bytes) / 1e6 / d.Seconds()}
 }
 
 // rowLs runs `ls -l` of each listing directory on a cold mount, then again

@@ -76,6 +76,15 @@ func absTarget(what, key string, max float64) target {
 
 // aheadOf: objfuse's figure beats every peer's (higher is better).
 func aheadOf(what, fs, key string, peers ...string) target {
+	return ahead(what, fs, key, false, peers...)
+}
+
+// aheadOfLower: objfuse's figure beats every peer's (lower is better).
+func aheadOfLower(what, fs, key string, peers ...string) target {
+	return ahead(what, fs, key, true, peers...)
+}
+
+func ahead(what, fs, key string, lowerIsBetter bool, peers ...string) target {
 	return target{what: what, judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
 		o, ok := med(fs, key)
 		if !ok {
@@ -86,15 +95,23 @@ func aheadOf(what, fs, key string, peers ...string) target {
 			if v, ok := med(p, key); ok {
 				any = true
 				text += fmt.Sprintf(", %s %.3g", p, v)
-				met = met && o > v
+				met = met && (o > v) != lowerIsBetter && o != v
 			}
 		}
 		return text, met, any
 	}}
 }
 
+var allPeers = []string{"s3fs", "rclone-off", "rclone-full", "geesefs"}
+
 func performanceTargets(largestLs int) []target {
 	return []target{
+		// Performance II (issue 29).
+		aheadOfLower(fmt.Sprintf("stat of many never-listed files of a directory of %d, mean, ahead of geesefs", largestLs), "objfuse", "stat_mean", "geesefs"),
+		ratioTarget("data loader ≥ 0.8 × raw parallel GETs", "objfuse", "loader_fps", 0.8, false),
+		aheadOf("data loader ahead of every peer", "objfuse", "loader_fps", allPeers...),
+		aheadOfLower("the same random reads again, defaults, ahead of s3fs", "objfuse", "rand_again_p50", "s3fs"),
+		// Performance I.
 		ratioTarget("seq write until in S3 ≥ 0.95 × raw PutObject", "objfuse", "write_mbps", 0.95, false),
 		aheadOf("seq write until in S3 ahead of s3fs", "objfuse", "write_mbps", "s3fs"),
 		ratioTarget("cold seq read ≥ 1.0 × raw GetObject", "objfuse", "read_mbps", 1.0, false),
