@@ -60,8 +60,8 @@ var MountOptionTable = []MountOption{
 	{Param: ParamConcurrency, Flag: "concurrency", Kind: Whole, Min: 1, Max: 64, Default: strconv.Itoa(limits.DefaultConcurrency), Usage: "parallel part uploads and readahead requests per file"},
 	{Param: ParamMemoryLimitMiB, Flag: "memory-limit-mib", Kind: Whole, Min: 16, Max: 65536, Default: strconv.Itoa(limits.DefaultMemoryLimit >> 20),
 		Usage: "bound on memory for written data not yet uploaded and for readahead, in MiB (beyond it, writes wait for uploads or go to staging files)"},
-	{Param: ParamReadCacheMiB, Flag: "read-cache-mib", Kind: Whole, Min: 0, Max: 1 << 20, Default: "0",
-		Usage: "keep up to this many MiB of randomly read ranges in local files, so reading them again needs no GET (0: no cache)"},
+	{Param: ParamReadCacheMiB, Flag: "read-cache-mib", Kind: Whole, Min: 0, Max: 1 << 20, Default: strconv.Itoa(limits.DefaultReadCacheMiB),
+		Usage: "keep up to this many MiB of randomly read ranges in local files (the staging directory), keyed by object version, so reading them again needs no GET (0: no cache; a mounter pod with less than 2 GiB of staging space gets a quarter of it by default)"},
 	{Param: ParamCapacityBytes, Flag: "capacity", Kind: Whole, Min: 0, Max: 1 << 62, Default: "0",
 		Usage: "the volume's size in bytes, enforced: a write past it fails with ENOSPC and statfs shows it (0: no quota; a mounter pod gets its PVC's size, and a larger one recorded by an expansion)"},
 }

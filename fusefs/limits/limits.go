@@ -10,6 +10,12 @@ import "time"
 // when none is given.
 const DefaultStagingLimit = 10 << 30
 
+// DefaultReadCacheMiB is the local cache of randomly read ranges a mount
+// keeps unless told otherwise, in MiB of its staging directory: reading
+// them again, after the kernel dropped its pages, costs a pread, not a
+// GET. A mounter pod with little staging space gets less (spec).
+const DefaultReadCacheMiB = 256
+
 // The filesystem's defaults for what a volume's mount options may set.
 const (
 	DefaultFileMode    = 0o644

@@ -125,10 +125,13 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 		// Released, an inline volume's mounter is done: its pod is.
 		args = BeforeSource(args, "--exit-when-released")
 	}
-	if limit, bounded, err := t.stagingLimitMiB(res, m); err != nil {
+	if limit, cache, bounded, err := t.stagingLimitMiB(res, m); err != nil {
 		return nil, err
 	} else if bounded {
 		args = BeforeSource(args, fmt.Sprintf("--staging-limit-mib=%d", limit))
+		if _, set := m.Volume.Mount[volume.ParamReadCacheMiB]; !set {
+			args = BeforeSource(args, fmt.Sprintf("--read-cache-mib=%d", cache))
+		}
 	}
 	annotations := map[string]string{AnnotationVolume: m.VolumeID, AnnotationNode: m.NodeID, AnnotationReadOnly: strconv.FormatBool(m.ReadOnly)}
 	if m.ForPod != "" {
@@ -248,9 +251,11 @@ func BeforeSource(args []string, flags ...string) []string {
 // logs and slack, and the read cache's share, come off, and the result
 // never exceeds objfuse-mount's own default. Past its limit objfuse-mount
 // answers writers ENOSPC; past the pod's, kubelet would evict the pod,
-// and the mount would break. bounded is false when nothing bounds the
+// and the mount would break. The read cache is the volume's
+// readCacheMiB, or by default objfuse-mount's, but no more than a quarter
+// of what the bound leaves. bounded is false when nothing bounds the
 // emptyDir (a zero sizeLimit is none, as for kubelet).
-func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (limit int64, bounded bool, err error) {
+func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (limit, cache int64, bounded bool, err error) {
 	var bound resource.Quantity
 	what := ""
 	if t.StagingSizeLimit != "" {
@@ -262,16 +267,20 @@ func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (l
 		bound, what = q, "ephemeral-storage limit "+q.String()
 	}
 	if what == "" {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
 	boundMiB := bound.Value() >> 20
 	usableMiB := boundMiB - max(boundMiB/10, stagingSlackMiB)
-	limit = usableMiB - m.Volume.Mount.Int(volume.ParamReadCacheMiB)
-	if limit < minStagingMiB {
-		return 0, false, fmt.Errorf("%w: the mounter's %s leaves %d MiB for staging files beside readCacheMiB %d, and at least %d are needed: raise it, or set readCacheMiB to at most %d",
-			ErrUnfit, what, max(limit, 0), m.Volume.Mount.Int(volume.ParamReadCacheMiB), minStagingMiB, max(usableMiB-minStagingMiB, 0))
+	cache = m.Volume.Mount.Int(volume.ParamReadCacheMiB)
+	if _, set := m.Volume.Mount[volume.ParamReadCacheMiB]; !set {
+		cache = min(cache, max(usableMiB/4, 0))
 	}
-	return min(limit, limits.DefaultStagingLimit>>20), true, nil
+	limit = usableMiB - cache
+	if limit < minStagingMiB {
+		return 0, 0, false, fmt.Errorf("%w: the mounter's %s leaves %d MiB for staging files beside readCacheMiB %d, and at least %d are needed: raise it, or set readCacheMiB to at most %d",
+			ErrUnfit, what, max(limit, 0), cache, minStagingMiB, max(usableMiB-minStagingMiB, 0))
+	}
+	return min(limit, limits.DefaultStagingLimit>>20), cache, true, nil
 }
 
 // ErrUnfit: the mounter template and the volume's parameters do not fit

@@ -66,8 +66,9 @@ func TestMounterStagingLimit(t *testing.T) {
 		name       string
 		sizeLimit  string
 		ephemeral  string
-		readCache  int
+		readCache  int    // -1: the volume does not say
 		wantFlag   string // "" for none
+		wantCache  string // the read cache flag, "" for none
 		wantErrHas string
 	}{
 		{name: "unbounded", wantFlag: ""},
@@ -79,12 +80,19 @@ func TestMounterStagingLimit(t *testing.T) {
 		{name: "at least 64 MiB for logs", ephemeral: "500Mi", wantFlag: "--staging-limit-mib=436"},
 		{name: "never above the default", sizeLimit: "100Gi", wantFlag: "--staging-limit-mib=10240"},
 		{name: "no room beside the read cache", sizeLimit: "1Gi", readCache: 900, wantErrHas: "stagingSizeLimit 1Gi leaves 22 MiB for staging files beside readCacheMiB 900, and at least 64 are needed: raise it, or set readCacheMiB to at most 858"},
+		{name: "the default read cache", sizeLimit: "2Gi", readCache: -1, wantFlag: "--staging-limit-mib=1588", wantCache: "--read-cache-mib=256"},
+		{name: "the default read cache, a quarter of little room", ephemeral: "500Mi", readCache: -1, wantFlag: "--staging-limit-mib=327", wantCache: "--read-cache-mib=109"},
+		{name: "the default read cache, unbounded", readCache: -1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			mount := volume.MountOptions{volume.ParamReadCacheMiB: strconv.Itoa(tc.readCache)}
+			if tc.readCache < 0 {
+				mount = volume.MountOptions{}
+			}
 			m := spec.Mounter{VolumeID: "v", NodeID: "n", Volume: volume.Volume{
 				ID:    volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1"}, Bucket: "bucket-1"},
-				Mount: volume.MountOptions{volume.ParamReadCacheMiB: strconv.Itoa(tc.readCache)},
+				Mount: mount,
 			}}
 			tmpl := spec.Template{Image: "i", StagingSizeLimit: tc.sizeLimit}
 			if tc.ephemeral != "" {
@@ -101,14 +109,20 @@ func TestMounterStagingLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := pod.Spec.Containers[0].Args
-			var got string
+			var got, cache string
 			for _, a := range args {
 				if strings.HasPrefix(a, "--staging-limit-mib=") {
 					got = a
 				}
+				if strings.HasPrefix(a, "--read-cache-mib=") {
+					cache = a
+				}
 			}
-			if got != tc.wantFlag {
-				t.Fatalf("staging flag %q, want %q (args %q)", got, tc.wantFlag, args)
+			if tc.readCache >= 0 { // the volume's own, passed on
+				tc.wantCache = "--read-cache-mib=" + strconv.Itoa(tc.readCache)
+			}
+			if got != tc.wantFlag || cache != tc.wantCache {
+				t.Fatalf("staging flags %q %q, want %q %q (args %q)", got, cache, tc.wantFlag, tc.wantCache, args)
 			}
 			if last := args[len(args)-1]; last != m.Volume.Source() {
 				t.Errorf("last argument %q, want the source %q", last, m.Volume.Source())
