@@ -1,0 +1,92 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// podStarts is how many PVCs the pod start row times.
+const podStarts = 10
+
+// From a PVC's creation (with its pod, as `kubectl apply` of both does) to
+// the pod Running, for podStarts PVCs one after the other, with where the
+// time went: provisioning (the PVC bound), attaching (csi-attacher's
+// ControllerPublishVolume, which starts the volume's mounter pod and waits
+// until it is ready), and kubelet's stage, publish and container start.
+// Measured, not asserted (timings depend on the machine): the test fails
+// only if a pod does not start.
+func TestPodStartTimes(t *testing.T) {
+	s := newSuite(t)
+	ctx := s.ctx()
+	type phases struct{ bound, attached, running time.Duration }
+	var all []phases
+	for i := range podStarts {
+		name := fmt.Sprintf("start-%d", i)
+		t0 := time.Now()
+		s.pvc(name, scBucket, corev1.ReadWriteMany)
+		s.pod(name, name, "echo started; sleep 3600", podOpts{})
+		var p phases
+		pvName := ""
+		deadline := t0.Add(3 * time.Minute)
+		for p.running == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("pod %s not running 3 minutes after its PVC was made (bound after %v, attached after %v)", name, p.bound, p.attached)
+			}
+			since := time.Since(t0)
+			if p.bound == 0 {
+				if pvc, err := s.kc.CoreV1().PersistentVolumeClaims(s.ns).Get(ctx, name, metav1.GetOptions{}); err == nil && pvc.Status.Phase == corev1.ClaimBound {
+					p.bound, pvName = since, pvc.Spec.VolumeName
+				}
+			}
+			if p.bound != 0 && p.attached == 0 {
+				vas, err := s.kc.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+				if err == nil {
+					for _, va := range vas.Items {
+						if pv := va.Spec.Source.PersistentVolumeName; pv != nil && *pv == pvName && va.Status.Attached {
+							p.attached = since
+						}
+					}
+				}
+			}
+			if pod, err := s.kc.CoreV1().Pods(s.ns).Get(ctx, name, metav1.GetOptions{}); err == nil && pod.Status.Phase == corev1.PodRunning {
+				p.running = since
+				p.attached = max(p.attached, p.bound) // seen in the same poll
+				if p.attached == 0 {
+					p.attached = since
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // a poll's period, not a wait for an effect
+		}
+		all = append(all, p)
+		t.Logf("pod start %2d: running after %5.1fs (bound %4.1fs, attached +%4.1fs, staged, published and started +%4.1fs)",
+			i+1, p.running.Seconds(), p.bound.Seconds(), (p.attached - p.bound).Seconds(), (p.running - p.attached).Seconds())
+	}
+	med := func(f func(phases) time.Duration) time.Duration {
+		var xs []time.Duration
+		for _, p := range all {
+			xs = append(xs, f(p))
+		}
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	var running []string
+	worst := time.Duration(0)
+	for _, p := range all {
+		running = append(running, fmt.Sprintf("%.1f", p.running.Seconds()))
+		worst = max(worst, p.running)
+	}
+	t.Logf("pod start, PVC made to pod Running over %d PVCs: p50 %.1fs, max %.1fs (p50 of its parts: provision %.1fs, attach %.1fs, stage+publish+start %.1fs); all: %s",
+		len(all), med(func(p phases) time.Duration { return p.running }).Seconds(), worst.Seconds(),
+		med(func(p phases) time.Duration { return p.bound }).Seconds(),
+		med(func(p phases) time.Duration { return p.attached - p.bound }).Seconds(),
+		med(func(p phases) time.Duration { return p.running - p.attached }).Seconds(),
+		strings.Join(running, " "))
+}
