@@ -10,7 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // podStarts is how many PVCs the pod start row times.
@@ -20,18 +22,33 @@ const podStarts = 10
 // the pod Running, for podStarts PVCs one after the other, with where the
 // time went: provisioning (the PVC bound), attaching (csi-attacher's
 // ControllerPublishVolume, which starts the volume's mounter pod and waits
-// until it is ready), and kubelet's stage, publish and container start.
+// until it is ready), and kubelet's stage, publish and container start;
+// for a StorageClass that binds at once, as the local cluster's, and for
+// one that waits for the first consumer (the scheduler then provisions for
+// the pod instead of retrying it, with back-off, until its PVC is bound).
 // Measured, not asserted (timings depend on the machine): the test fails
 // only if a pod does not start.
 func TestPodStartTimes(t *testing.T) {
 	s := newSuite(t)
+	wffc := s.storageClassVariant("wffc", func(sc *storagev1.StorageClass) {
+		sc.VolumeBindingMode = ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)
+	})
+	for _, c := range []struct{ what, sc string }{{"Immediate", scBucket}, {"WaitForFirstConsumer", wffc}} {
+		s.timePodStarts(c.what, c.sc)
+	}
+}
+
+// timePodStarts times podStarts pod starts with new PVCs of class sc.
+func (s *suite) timePodStarts(what, sc string) {
+	s.t.Helper()
+	t := s.t
 	ctx := s.ctx()
 	type phases struct{ bound, attached, running time.Duration }
 	var all []phases
 	for i := range podStarts {
-		name := fmt.Sprintf("start-%d", i)
+		name := fmt.Sprintf("start-%s-%d", strings.ToLower(what[:4]), i)
 		t0 := time.Now()
-		s.pvc(name, scBucket, corev1.ReadWriteMany)
+		s.pvc(name, sc, corev1.ReadWriteMany)
 		s.pod(name, name, "echo started; sleep 3600", podOpts{})
 		var p phases
 		pvName := ""
@@ -66,8 +83,8 @@ func TestPodStartTimes(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // a poll's period, not a wait for an effect
 		}
 		all = append(all, p)
-		t.Logf("pod start %2d: running after %5.1fs (bound %4.1fs, attached +%4.1fs, staged, published and started +%4.1fs)",
-			i+1, p.running.Seconds(), p.bound.Seconds(), (p.attached - p.bound).Seconds(), (p.running - p.attached).Seconds())
+		t.Logf("%s, pod start %2d: running after %5.1fs (bound %4.1fs, attached +%4.1fs, staged, published and started +%4.1fs)",
+			what, i+1, p.running.Seconds(), p.bound.Seconds(), (p.attached - p.bound).Seconds(), (p.running - p.attached).Seconds())
 	}
 	med := func(f func(phases) time.Duration) time.Duration {
 		var xs []time.Duration
@@ -83,8 +100,8 @@ func TestPodStartTimes(t *testing.T) {
 		running = append(running, fmt.Sprintf("%.1f", p.running.Seconds()))
 		worst = max(worst, p.running)
 	}
-	t.Logf("pod start, PVC made to pod Running over %d PVCs: p50 %.1fs, max %.1fs (p50 of its parts: provision %.1fs, attach %.1fs, stage+publish+start %.1fs); all: %s",
-		len(all), med(func(p phases) time.Duration { return p.running }).Seconds(), worst.Seconds(),
+	t.Logf("pod start, %s, PVC made to pod Running over %d PVCs: p50 %.1fs, max %.1fs (p50 of its parts: provision %.1fs, attach %.1fs, stage+publish+start %.1fs); all: %s",
+		what, len(all), med(func(p phases) time.Duration { return p.running }).Seconds(), worst.Seconds(),
 		med(func(p phases) time.Duration { return p.bound }).Seconds(),
 		med(func(p phases) time.Duration { return p.attached - p.bound }).Seconds(),
 		med(func(p phases) time.Duration { return p.running - p.attached }).Seconds(),
