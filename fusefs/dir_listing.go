@@ -186,7 +186,9 @@ const relistTimeout = time.Minute
 // to clusterLimit names (twenty listing pages, about 12 MB of entries),
 // and the lookups after it answer from the listing: for a thousand files
 // of a directory of ten thousand, ten LISTs instead of a thousand HEADs.
-// An isolated lookup still costs one HEAD.
+// An isolated lookup still costs one HEAD. Lookups that find nothing (a
+// program creating files) do not count, and stores whose listings carry
+// no metadata are not listed so (each file would still need its HEAD).
 const (
 	clusterLookups = 3
 	clusterWindow  = time.Second
@@ -196,7 +198,7 @@ const (
 // clustering says whether lookups cluster in the directory now (see
 // clusterLookups). Hold n.mu.
 func (n *dirNode) clustering() bool {
-	return !n.unclusterable && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow
+	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow
 }
 
 // relist lists the directory again when its complete listing has expired
@@ -285,6 +287,14 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}, clustered bool) {
 			cancel()
 			return
 		}
+		if clustered && !e.isDir && metadataUnknown(e) {
+			// The store lists without metadata (AWS S3 and most but
+			// MinIO): each file would still need a HEAD, and the
+			// listing would only make lookups wait.
+			n.fsys.listingsLackMetadata.Store(true)
+			cancel()
+			return
+		}
 		if !l.changed[e.name] {
 			l.entries[e.name] = e
 		}
@@ -306,6 +316,7 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}, clustered bool) {
 			n.unclusterable = n.unclusterable || clustered
 		case err != nil:
 			n.listCache = nil // the next miss tries again
+			n.byName = 0      // a clustered one only after more lookups
 		default:
 			n.keepListing(l)
 			n.byName = 0

@@ -340,8 +340,8 @@ func (s *overlapStore) List(ctx context.Context, prefix, startAfter string, recu
 	return s.countingStore.List(ctx, prefix, startAfter, recursive)
 }
 
-// Creating files in a directory that is not relisted (too large to list,
-// here for the clustered lookups too) asks for each new name's file and directory at once after
+// Creating files in a directory that is not relisted (never listed here,
+// or too large; lookups that miss do not cluster) asks for each new name's file and directory at once after
 // a few lookups found nothing, saving a round trip per create. The answers
 // stay those of a HEAD first: a name that is both a file and a directory
 // is the file. A name found ends the streak, and a stat of a file is one
@@ -353,8 +353,7 @@ func TestCreatesAskFileAndDirectoryAtOnce(t *testing.T) {
 	put(t, mem, "big/nz/w", []byte("under nz/"))
 	st := &overlapStore{countingStore: countingStore{Store: mem}, prefix: "big/n",
 		waiting: map[string]chan struct{}{}, listed: map[string]bool{}, overlaps: map[string]bool{}}
-	f, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
-	fusefs.SetClusterLimit(f, 2) // big's three names are too many
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
 	big := filepath.Join(dir, "big")
 	if _, err := os.Stat(big); err != nil { // looked up, never listed
 		t.Fatal(err)
@@ -483,5 +482,49 @@ func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 	// most the limit); the rest are asked by name.
 	if h, l := st.heads.Load(), st.lists.Load(); h < 30-20 || l != 1 {
 		t.Fatalf("30 stats in a directory past the limit sent %d HEADs and %d LISTs, want at least 10 and one listing that stopped", h, l)
+	}
+}
+
+// A store whose listings carry no metadata (AWS S3, and most but MinIO)
+// is not listed for lookups that cluster: each file would still need its
+// HEAD. The first such listing stops, and lookups ask by name from then on.
+func TestClusteringNeedsListingsWithMetadata(t *testing.T) {
+	mem := memstore.New()
+	for i := range 50 {
+		put(t, mem, fmt.Sprintf("a/f%03d", i), []byte("x"))
+		put(t, mem, fmt.Sprintf("b/f%03d", i), []byte("x"))
+	}
+	st := &countingStore{Store: bareListings{mem}}
+	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	for _, d := range []string{"a", "b"} {
+		if _, err := os.Stat(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.heads.Store(0)
+	st.lists.Store(0)
+	for _, d := range []string{"a", "b"} {
+		for i := range 10 {
+			if _, err := os.Stat(filepath.Join(dir, d, fmt.Sprintf("f%03d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if h, l := st.heads.Load(), st.lists.Load(); h != 20 || l > 1 {
+		t.Fatalf("20 stats over listings without metadata sent %d HEADs and %d LISTs, want 20 and at most the one that found out", h, l)
+	}
+}
+
+// bareListings lists without objects' metadata, as AWS S3 does.
+type bareListings struct{ store.Store }
+
+func (s bareListings) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
+	return func(yield func(store.Entry, error) bool) {
+		for e, err := range s.Store.List(ctx, prefix, startAfter, recursive) {
+			e.Object.Metadata = nil
+			if !yield(e, err) {
+				return
+			}
+		}
 	}
 }

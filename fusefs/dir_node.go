@@ -37,8 +37,8 @@ type dirNode struct {
 	// missStreak counts the lookups in a row that asked the store by name
 	// and found nothing (see expectNewName).
 	missStreak int
-	// byName counts the lookups that asked the store by name since
-	// byNameSince, within clusterWindow (see clustering).
+	// byName counts the lookups that asked the store by name and found
+	// the name since byNameSince, within clusterWindow (see clustering).
 	byName      int
 	byNameSince time.Time
 	// unclusterable: a listing started by clustered lookups found more
@@ -243,7 +243,11 @@ func (n *dirNode) noteLookupByName(err error) {
 	if now := time.Now(); now.Sub(n.byNameSince) > clusterWindow {
 		n.byName, n.byNameSince = 0, now
 	}
-	n.byName++
+	if err == nil {
+		// Only names found: creating files makes lookups that miss,
+		// which the new-name streak serves, without a listing.
+		n.byName++
+	}
 	switch {
 	case errors.Is(err, store.ErrNotExist):
 		n.missStreak++

@@ -72,6 +72,9 @@ type FS struct {
 	// clusterLimit bounds the names a listing started by clustered
 	// lookups keeps (see dirNode.clustering); tests lower it.
 	clusterLimit int
+	// listingsLackMetadata: a listing showed a file without its
+	// metadata, so lookups that cluster list nothing (dirNode.clustering).
+	listingsLackMetadata atomic.Bool
 
 	bufOnce sync.Once
 	bufs    *buffers

@@ -143,6 +143,14 @@ Flags:
 	}
 	takeMountOptions(c, mount)
 	c.FS.StagingLimit = *stagingMiB << 20
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["staging-limit-mib"] && !set["read-cache-mib"] {
+		// A mounter pod made before the read cache was on by default:
+		// its staging limit is all its emptyDir leaves, with no room
+		// for a cache (kubelet would evict the pod past that bound).
+		c.FS.ReadCacheSize = 0
+	}
 	c.S3.PartSize = uint64(c.FS.PartSize)
 	c.S3.Concurrency = uint(c.FS.Concurrency)
 	if err := c.FS.WithDefaults().Validate(); err != nil {

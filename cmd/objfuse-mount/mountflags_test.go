@@ -65,3 +65,27 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 		t.Errorf("defaults: %+v, batching off %v", c, o.cfg.S3.NoBatching)
 	}
 }
+
+// The read cache is on by default, but not for a mounter pod made before
+// it was, which names a staging limit and no cache: that limit is all its
+// emptyDir leaves (kubelet evicts the pod past its bound), and an
+// upgrade in place keeps the pod's arguments.
+func TestTheDefaultReadCacheFitsTheStagingLimitItWasGiven(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 256 << 20},
+		{[]string{"--staging-limit-mib=1844"}, 0},
+		{[]string{"--staging-limit-mib=1588", "--read-cache-mib=256"}, 256 << 20},
+		{[]string{"--read-cache-mib=0"}, 0},
+	} {
+		o, err := parse(append(append([]string{"--handoff", t.TempDir() + "/sock"}, c.args...), "bucket-1"), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.cfg.FS.ReadCacheSize; got != c.want {
+			t.Errorf("%q: read cache %d bytes, want %d", c.args, got, c.want)
+		}
+	}
+}

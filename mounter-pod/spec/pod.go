@@ -273,7 +273,7 @@ func (t Template) stagingLimitMiB(res corev1.ResourceRequirements, m Mounter) (l
 	usableMiB := boundMiB - max(boundMiB/10, stagingSlackMiB)
 	cache = m.Volume.Mount.Int(volume.ParamReadCacheMiB)
 	if _, set := m.Volume.Mount[volume.ParamReadCacheMiB]; !set {
-		cache = min(cache, max(usableMiB/4, 0))
+		cache = min(cache, max(usableMiB/4, 0), max(usableMiB-minStagingMiB, 0))
 	}
 	limit = usableMiB - cache
 	if limit < minStagingMiB {

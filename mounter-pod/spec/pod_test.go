@@ -83,6 +83,7 @@ func TestMounterStagingLimit(t *testing.T) {
 		{name: "the default read cache", sizeLimit: "2Gi", readCache: -1, wantFlag: "--staging-limit-mib=1588", wantCache: "--read-cache-mib=256"},
 		{name: "the default read cache, a quarter of little room", ephemeral: "500Mi", readCache: -1, wantFlag: "--staging-limit-mib=327", wantCache: "--read-cache-mib=109"},
 		{name: "the default read cache, unbounded", readCache: -1},
+		{name: "the default read cache leaves the least staging space", ephemeral: "136Mi", readCache: -1, wantFlag: "--staging-limit-mib=64", wantCache: "--read-cache-mib=8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
