@@ -207,9 +207,7 @@ func (n *dirNode) clustering() bool {
 // one directory is the case it is for: each create looks its name up
 // first, and asking the store per name costs a HEAD and a LIST each, where
 // this is one LIST per ListTTL. It lists a directory of any size, up to
-// the FS's clusterLimit names, when lookups cluster in it (clustering);
-// then a lookup waits for its name no longer than a lookup by name takes
-// (FS.lookupPatience).
+// the FS's clusterLimit names, when lookups cluster in it (clustering).
 // Concurrent callers share one listing. It returns the listing the caller
 // is to answer from for name: the one it waited for once that holds name
 // or is complete, even if it has expired by the time the caller runs again
@@ -236,14 +234,8 @@ func (n *dirNode) relist(ctx context.Context, name string) *listing {
 		}
 		done = make(chan struct{})
 		l = newArrivingListing()
-		n.relisting, n.relisted, n.listCache, n.relistClustered = done, l, l, clustered
+		n.relisting, n.relisted, n.listCache = done, l, l
 		go n.runRelist(l, done, clustered)
-	}
-	var patience <-chan time.Time
-	if n.relistClustered {
-		t := time.NewTimer(n.fsys.lookupPatience())
-		defer t.Stop()
-		patience = t.C
 	}
 	defer n.mu.Unlock() // every return below holds n.mu
 	l.waiters++
@@ -262,9 +254,6 @@ func (n *dirNode) relist(ctx context.Context, name string) *listing {
 			}
 		case <-moved:
 			n.mu.Lock()
-		case <-patience:
-			n.mu.Lock()
-			return nil // by name; the listing goes on for the lookups after
 		case <-ctx.Done():
 			n.mu.Lock()
 			return nil

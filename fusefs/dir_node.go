@@ -44,9 +44,6 @@ type dirNode struct {
 	// unclusterable: a listing started by clustered lookups found more
 	// than the FS's clusterLimit names; lookups here ask by name.
 	unclusterable bool
-	// relistClustered: the listing relisting runs was started by
-	// clustered lookups (a lookup waits for it only so long).
-	relistClustered bool
 }
 
 // newNameStreak is how many lookups by name in a row must find nothing
@@ -214,9 +211,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		case n.expectNewName():
 			how = fileFirstAtOnce
 		}
-		t0 := time.Now()
 		r, err := n.fsys.resolve(ctx, n.key()+name, how)
-		n.fsys.noteLookupTime(time.Since(t0), err)
 		n.noteLookupByName(err)
 		if err != nil {
 			return nil, errno(err)

@@ -75,10 +75,6 @@ type FS struct {
 	// listingsLackMetadata: a listing showed a file without its
 	// metadata, so lookups that cluster list nothing (dirNode.clustering).
 	listingsLackMetadata atomic.Bool
-	// lookupNanos is a moving average of a lookup by name that found
-	// its name: how long a lookup waits for a clustered listing to bring
-	// its name before it asks by name after all.
-	lookupNanos atomic.Int64
 
 	bufOnce sync.Once
 	bufs    *buffers
@@ -465,27 +461,4 @@ func (f *FS) SetMountGroup(gid uint32) {
 	f.groupFixed = true
 	f.root.attr.gid = gid
 	f.root.attr.mode |= 0o070
-}
-
-// noteLookupTime keeps the moving average of lookups by name that found
-// their name (lookupNanos).
-func (f *FS) noteLookupTime(d time.Duration, err error) {
-	if err != nil {
-		return
-	}
-	old := f.lookupNanos.Load()
-	if old == 0 {
-		f.lookupNanos.Store(int64(d))
-		return
-	}
-	f.lookupNanos.Store(old + (int64(d)-old)/8)
-}
-
-// lookupPatience is how long a lookup waits for a clustered listing to
-// bring its name: about what asking by name takes, so that a listing
-// slower than a HEAD per name (a few names of a large directory, a
-// server that lists slowly) costs no lookup more than a HEAD, while
-// lookups after the listing passed their names answer at once.
-func (f *FS) lookupPatience() time.Duration {
-	return min(max(time.Duration(f.lookupNanos.Load()), time.Millisecond), 200*time.Millisecond)
 }
