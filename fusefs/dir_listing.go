@@ -207,7 +207,8 @@ func (n *dirNode) clustering() bool {
 // one directory is the case it is for: each create looks its name up
 // first, and asking the store per name costs a HEAD and a LIST each, where
 // this is one LIST per ListTTL. It lists a directory of any size, up to
-// the FS's clusterLimit names, when lookups cluster in it (clustering).
+// the FS's clusterLimit names, when lookups cluster in it (clustering),
+// without waiting for that listing.
 // Concurrent callers share one listing. It returns the listing the caller
 // is to answer from for name: the one it waited for once that holds name
 // or is complete, even if it has expired by the time the caller runs again
@@ -234,8 +235,21 @@ func (n *dirNode) relist(ctx context.Context, name string) *listing {
 		}
 		done = make(chan struct{})
 		l = newArrivingListing()
-		n.relisting, n.relisted, n.listCache = done, l, l
+		n.relisting, n.relisted, n.listCache, n.relistClustered = done, l, l, clustered
 		go n.runRelist(l, done, clustered)
+	}
+	if n.relistClustered {
+		// No lookup waits for a clustered listing: a name it brought
+		// already answers from it, others ask by name. A listing can be
+		// slower than a HEAD per name (a few names of a large directory,
+		// a server that lists slowly): then it costs no lookup more than
+		// its HEAD, and the lookups after it passed their names answer
+		// at once.
+		defer n.mu.Unlock()
+		if _, found := l.entries[name]; found || l.complete {
+			return l
+		}
+		return nil
 	}
 	defer n.mu.Unlock() // every return below holds n.mu
 	l.waiters++

@@ -44,6 +44,9 @@ type dirNode struct {
 	// unclusterable: a listing started by clustered lookups found more
 	// than the FS's clusterLimit names; lookups here ask by name.
 	unclusterable bool
+	// relistClustered: the listing relisting runs was started by
+	// clustered lookups (no lookup waits for it).
+	relistClustered bool
 }
 
 // newNameStreak is how many lookups by name in a row must find nothing
