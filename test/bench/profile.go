@@ -69,6 +69,11 @@ func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) er
 			_, err := lsL(filepath.Join(m.dir, lsDir(n)), n)
 			return err
 		},
+		"loader": func(m *mount, i int) error {
+			dropCaches()
+			_, err := inParallel(e.loaderNames(i), func(name string) (int64, error) { return readAll(filepath.Join(m.dir, name)) })
+			return err
+		},
 		"create": func(m *mount, i int) error {
 			prefix := fmt.Sprintf("prof-c%d", i)
 			defer e.removePrefix(prefix + "/")
