@@ -49,14 +49,8 @@ func AttachmentName(handle, driver, node string) string { return attachmentName(
 func SyncInline(ctx context.Context, k *Kube, namespace, name string) error {
 	w := k.inline.Load()
 	err := k.syncInline(ctx, w, namespace+"/"+name)
-	for {
-		busy := false
-		w.stopping.Range(func(any, any) bool { busy = true; return false })
-		if !busy {
-			return err
-		}
-		time.Sleep(time.Millisecond)
-	}
+	w.stops.Wait()
+	return err
 }
 
 // InlinePodPhase is the phase the inline watch's cache holds of a pod.

@@ -68,6 +68,8 @@ type inlineWatch struct {
 	// stopping are the mounters being stopped, by spec.Mounter.Key: a
 	// stop waits for the mounter to drain, off the workers.
 	stopping sync.Map
+	// stops are the stops running (tests wait for them).
+	stops sync.WaitGroup
 }
 
 // runInline launches and stops the mounters of inline volumes until ctx
@@ -377,13 +379,13 @@ func (k *Kube) stopInline(ctx context.Context, w *inlineWatch, ref string, exite
 			continue
 		}
 		k.Logger.Info("stopping the mounter of an inline volume", "pod", ref, "volume", m.VolumeID, "node", m.NodeID, "exited", !alive(pod))
-		go func() {
+		w.stops.Go(func() {
 			defer w.stopping.Delete(m.Key())
 			defer w.refreshed.Delete(m.Key())
 			if err := k.Stop(ctx, m); err != nil {
 				k.Logger.Warn("stop the mounter of an inline volume", "volume", m.VolumeID, "node", m.NodeID, "err", err)
 			}
-		}()
+		})
 	}
 	return nil
 }

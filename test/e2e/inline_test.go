@@ -181,12 +181,8 @@ func (s *suite) storageClassEndpoint(name string) string {
 // mountersFor counts the mounter pods of a volume, live or going.
 func (s *suite) mountersFor(handle string) int {
 	s.t.Helper()
-	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	n := 0
-	for _, p := range pods.Items {
+	for _, p := range s.mounterPodList() {
 		if p.Annotations[spec.AnnotationVolume] == handle {
 			n++
 		}

@@ -53,7 +53,8 @@ func (s *suite) timePodStarts(what, sc string) {
 		var p phases
 		pvName := ""
 		deadline := t0.Add(3 * time.Minute)
-		for p.running == 0 {
+		tick := time.NewTicker(50 * time.Millisecond) // each state seen within a poll's period
+		for ; p.running == 0; <-tick.C {
 			if time.Now().After(deadline) {
 				t.Fatalf("pod %s not running 3 minutes after its PVC was made (bound after %v, attached after %v)", name, p.bound, p.attached)
 			}
@@ -80,8 +81,8 @@ func (s *suite) timePodStarts(what, sc string) {
 					p.attached = since
 				}
 			}
-			time.Sleep(50 * time.Millisecond) // a poll's period, not a wait for an effect
 		}
+		tick.Stop()
 		all = append(all, p)
 		t.Logf("%s, pod start %2d: running after %5.1fs (bound %4.1fs, attached +%4.1fs, staged, published and started +%4.1fs)",
 			what, i+1, p.running.Seconds(), p.bound.Seconds(), (p.attached - p.bound).Seconds(), (p.running - p.attached).Seconds())

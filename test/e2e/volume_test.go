@@ -29,14 +29,20 @@ const mounterSelector = "app.kubernetes.io/component=mounter"
 // writeScript writes 4 MiB of pseudo-random data and prints its sha256.
 const writeScript = `set -e; head -c 4194304 /dev/urandom > /data/file.bin; sha256sum /data/file.bin | cut -d' ' -f1`
 
-// mounterPodOf is the live mounter pod of a volume.
-func (s *suite) mounterPodOf(handle string) *corev1.Pod {
+// mounterPodList lists the mounter pods in the driver's namespace.
+func (s *suite) mounterPodList() []corev1.Pod {
 	s.t.Helper()
 	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	for _, p := range pods.Items {
+	return pods.Items
+}
+
+// mounterPodOf is the live mounter pod of a volume.
+func (s *suite) mounterPodOf(handle string) *corev1.Pod {
+	s.t.Helper()
+	for _, p := range s.mounterPodList() {
 		if p.Annotations[spec.AnnotationVolume] == handle && p.DeletionTimestamp == nil {
 			return &p
 		}
@@ -47,12 +53,8 @@ func (s *suite) mounterPodOf(handle string) *corev1.Pod {
 
 func (s *suite) mounterPods() int {
 	s.t.Helper()
-	pods, err := s.kc.CoreV1().Pods(driverNS).List(s.ctx(), metav1.ListOptions{LabelSelector: mounterSelector})
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	n := 0
-	for _, p := range pods.Items {
+	for _, p := range s.mounterPodList() {
 		if p.DeletionTimestamp == nil {
 			n++
 		}
