@@ -117,8 +117,8 @@ func TestInlineVolumes(t *testing.T) {
 		if n := s.mountersFor(inline.Handle(string(p.UID), "data")); n != 0 {
 			t.Errorf("pod %s/%s, refused, has %d mounter pods", p.Namespace, p.Name, n)
 		}
-		if p, err := s.kc.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
-			t.Errorf("pod %s/%s, refused, is %v (%v), want Pending", p.Namespace, p.Name, p.Status.Phase, err)
+		if now, err := s.kc.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err != nil || now.Status.Phase != corev1.PodPending {
+			t.Errorf("pod %s/%s, refused, is %v (%v), want Pending", p.Namespace, p.Name, now.Status.Phase, err)
 		}
 	}
 }

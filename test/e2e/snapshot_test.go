@@ -168,12 +168,18 @@ echo written`, podOpts{})
 	// The sides go their own ways.
 	s.pod("change", "orig", "echo changed > /data/d0/f20; echo new > /data/only-in-orig", podOpts{})
 	s.waitPod("change", corev1.PodSucceeded, 3*time.Minute)
-	s.pod("look", "restored", "cat /data/d0/f20; ls /data/only-in-orig 2>&1 || true; echo in-restored > /data/only-in-restored", podOpts{})
-	if out := s.waitPod("look", corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "file 20") || !strings.Contains(out, "No such file") {
-		t.Fatalf("the restored volume after writes to the original:\n%s", out)
-	}
-	if _, err := s.s3.StatObject(s.ctx(), bucket, prefix+"only-in-restored", minio.StatObjectOptions{}); err == nil {
-		t.Fatalf("a file written to the restored volume shows in the original")
+	for _, other := range []string{"restored", "clone"} {
+		s.pod("look-"+other, other, "cat /data/d0/f20; ls /data/only-in-orig 2>&1 || true; echo in-"+other+" > /data/only-in-"+other, podOpts{})
+		if out := s.waitPod("look-"+other, corev1.PodSucceeded, 3*time.Minute); !strings.Contains(out, "file 20") || !strings.Contains(out, "No such file") {
+			t.Fatalf("the %s volume after writes to the original:\n%s", other, out)
+		}
+		b, p := volume(s.boundPV(other))
+		if got := s.objectText(b, p+"only-in-"+other); got != "in-"+other+"\n" {
+			t.Fatalf("the file written to the %s volume holds %q in S3", other, got)
+		}
+		if _, err := s.s3.StatObject(s.ctx(), bucket, prefix+"only-in-"+other, minio.StatObjectOptions{}); err == nil {
+			t.Fatalf("a file written to the %s volume shows in the original", other)
+		}
 	}
 }
 
