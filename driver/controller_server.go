@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sort"
 	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -40,6 +39,7 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 }
 
@@ -102,13 +102,8 @@ func (c *controllerServer) checkExists(ctx context.Context, id volume.ID, secret
 // ordered by id. The token is the last id returned, so it stays valid when
 // volumes before it are deleted.
 func (c *controllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Error(codes.InvalidArgument, "max_entries may not be negative")
-	}
-	if tok := req.GetStartingToken(); tok != "" {
-		if _, err := volume.ParseID(tok); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting token %q was not made by this driver's ListVolumes", tok)
-		}
+	if err := checkPage(req.GetMaxEntries(), req.GetStartingToken(), "ListVolumes"); err != nil {
+		return nil, err
 	}
 	a, s, err := c.s3.defaultAdmin()
 	if err != nil {
@@ -133,15 +128,6 @@ func (c *controllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 		id := volume.ID{S3: s, Bucket: b}
 		entries = append(entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id.String(), CapacityBytes: capacity}})
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Volume.VolumeId < entries[j].Volume.VolumeId })
-	if tok := req.GetStartingToken(); tok != "" {
-		i := sort.Search(len(entries), func(i int) bool { return entries[i].Volume.VolumeId > tok })
-		entries = entries[i:]
-	}
-	next := ""
-	if max := int(req.GetMaxEntries()); max > 0 && len(entries) > max {
-		entries = entries[:max]
-		next = entries[max-1].Volume.VolumeId
-	}
+	entries, next := pageOf(entries, func(e *csi.ListVolumesResponse_Entry) string { return e.Volume.VolumeId }, req.GetStartingToken(), req.GetMaxEntries())
 	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
 }

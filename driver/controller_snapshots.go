@@ -68,6 +68,12 @@ func (c *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists of another volume (%s), not of %q", name, facts[factSource], req.GetSourceVolumeId())
 	}
 	if facts[factState] == "" {
+		if base := volume.BaseOf(src.Prefix); src.Prefix != "" && base != "" {
+			// Listed in the bucket's index, for ListSnapshots to find.
+			if err := a.PutMarker(ctx, snap.Bucket, volume.SnapshotBases+base, nil); err != nil {
+				return nil, s3Status(err, fmt.Sprintf("index snapshot %q", name))
+			}
+		}
 		facts = map[string]string{factSnapshot: tagValue(name), factSource: source, factState: stateCopying, factCreated: unixNow()}
 		if err := rec.write(ctx, facts); err != nil {
 			return nil, s3Status(err, fmt.Sprintf("record snapshot %q", name))

@@ -135,9 +135,25 @@ const (
 // reach. A snapshot of a volume with a bucket of its own gets a bucket of
 // its own (BucketFor).
 func SnapshotPrefixFor(volumePrefix, name string) string {
-	base := ""
-	if i := strings.LastIndex(strings.TrimSuffix(volumePrefix, "/"), "/"); i >= 0 {
-		base = volumePrefix[:i+1]
-	}
-	return PrefixFor(base+".objfuse-snapshots/", name)
+	return PrefixFor(SnapshotsUnder(BaseOf(volumePrefix)), name)
 }
+
+// BaseOf is the base prefix of the volume at prefix: where it and its
+// neighbours are ("" at the bucket's root).
+func BaseOf(volumePrefix string) string {
+	if i := strings.LastIndex(strings.TrimSuffix(volumePrefix, "/"), "/"); i >= 0 {
+		return volumePrefix[:i+1]
+	}
+	return ""
+}
+
+// SnapshotsUnder is the folder that holds the snapshots of the volumes
+// under base.
+func SnapshotsUnder(base string) string { return base + ".objfuse-snapshots/" }
+
+// SnapshotBases is the index, at a shared bucket's root, of the other
+// bases whose volumes have snapshots: an empty object SnapshotBases+base
+// for each, so that a listing of every snapshot finds them without
+// walking the bucket. No snapshot's folder is named "@bases": PrefixFor
+// rewrites a name with "@".
+var SnapshotBases = SnapshotsUnder("") + "@bases/"

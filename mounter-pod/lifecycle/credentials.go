@@ -16,6 +16,7 @@ const (
 	PublishSecret     = "csi.storage.k8s.io/controller-publish-secret"
 	ExpandSecret      = "csi.storage.k8s.io/controller-expand-secret"
 	SnapshotSecret    = "csi.storage.k8s.io/snapshotter-secret"
+	ListSecret        = "csi.storage.k8s.io/snapshotter-list-secret"
 )
 
 // Keys a credentials Secret holds: the file names the mounter reads.
@@ -68,8 +69,12 @@ func (c Credentials) For(secrets map[string]string, secretParam string) (map[str
 		if c.DefaultDir != "" {
 			why = " (the driver's own --s3-credentials-dir serves volumes only when its admin also sets --s3-credentials-for-volumes)"
 		}
-		return nil, unusable(fmt.Sprintf("no S3 credentials: set %s-name and %s-namespace in the StorageClass to a Secret with keys %s and %s%s",
-			secretParam, secretParam, s3store.AccessKeyFile, s3store.SecretKeyFile, why))
+		class := "StorageClass"
+		if secretParam == SnapshotSecret || secretParam == ListSecret {
+			class = "VolumeSnapshotClass"
+		}
+		return nil, unusable(fmt.Sprintf("no S3 credentials: set %s-name and %s-namespace in the %s to a Secret with keys %s and %s%s",
+			secretParam, secretParam, class, s3store.AccessKeyFile, s3store.SecretKeyFile, why))
 	}
 	for _, k := range []string{s3store.AccessKeyFile, s3store.SecretKeyFile} {
 		if len(out[k]) == 0 {

@@ -171,3 +171,19 @@ func (a *Admin) RemoveAll(ctx context.Context, bucket, prefix string) error {
 	}
 	return nil
 }
+
+// Children are the names directly under prefix in bucket (prefix itself
+// left out): objects, and folders ending in "/"; with recursive, every
+// key below it instead.
+func (a *Admin) Children(ctx context.Context, bucket, prefix string, recursive bool) ([]string, error) {
+	var names []string
+	for o := range a.c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: recursive}) {
+		if o.Err != nil {
+			return nil, explain(o.Err, a.endpoint, bucket)
+		}
+		if o.Key != prefix {
+			names = append(names, o.Key)
+		}
+	}
+	return names, nil
+}
