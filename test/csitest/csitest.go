@@ -196,7 +196,7 @@ func Start(t testing.TB, o Options) *Env {
 
 	secretsFile := filepath.Join(dir, "secrets.yaml")
 	var yaml string
-	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerPublishVolumeSecret", "ControllerUnpublishVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret", "NodeStageVolumeSecret", "NodePublishVolumeSecret", "ControllerExpandVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret"} {
+	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerPublishVolumeSecret", "ControllerUnpublishVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret", "NodeStageVolumeSecret", "NodePublishVolumeSecret", "ControllerExpandVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret", "ListSnapshotsSecret"} {
 		yaml += fmt.Sprintf("%s:\n  %s: %q\n  %s: %q\n", k, s3store.AccessKeyFile, miniotest.AccessKey, s3store.SecretKeyFile, miniotest.SecretKey)
 	}
 	if err := os.WriteFile(secretsFile, []byte(yaml), 0o600); err != nil {
