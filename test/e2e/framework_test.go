@@ -63,6 +63,8 @@ type suite struct {
 	kc  kubernetes.Interface
 	s3  *minio.Client
 	ns  string
+	// diagnosed: the failure's diagnosis is logged already.
+	diagnosed bool
 }
 
 var passed, failed atomic.Int32
@@ -101,7 +103,12 @@ func newSuite(t *testing.T) *suite {
 		t.Fatal(err)
 	}
 	s.ns = ns.Name
-	t.Cleanup(func() { s.deleteNamespace() })
+	t.Cleanup(func() {
+		if t.Failed() && !s.diagnosed {
+			s.diagnose()
+		}
+		s.deleteNamespace()
+	})
 	return s
 }
 
@@ -136,6 +143,7 @@ func (s *suite) eventually(d time.Duration, what string, cond func() (bool, erro
 		}
 		lastErr = err
 		if time.Now().After(deadline) {
+			s.diagnose()
 			s.t.Fatalf("timed out after %v waiting for %s (last error: %v)", d, what, lastErr)
 		}
 		<-time.After(500 * time.Millisecond)
