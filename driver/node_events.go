@@ -55,9 +55,10 @@ const (
 	reasonTakeoverFailed = "ObjfuseTakeoverFailed"
 	// A mounter upgraded in place to the driver's image, one that could
 	// not be, and one left to get it with new pods (node_upgrade.go).
-	reasonUpgraded      = "ObjfuseMounterUpgraded"
-	reasonUpgradeFailed = "ObjfuseMounterUpgradeFailed"
-	reasonUpgradeLater  = "ObjfuseMounterUpgradeOnRecreate"
+	reasonUpgraded        = "ObjfuseMounterUpgraded"
+	reasonUpgradeFailed   = "ObjfuseMounterUpgradeFailed"
+	reasonUpgradeLater    = "ObjfuseMounterUpgradeOnRecreate"
+	reasonUpgradeDeferred = "ObjfuseMounterUpgradeDeferred"
 )
 
 func (k *kubeEvents) Tell(ctx context.Context, targets []string, eventType, reason, message string) error {

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,6 +70,18 @@ type upgrade struct {
 	from, to    string
 	containerID string // the container before it
 	since       time.Time
+}
+
+// heldBack is why an upgrade does not begin yet: kubelet may hold the
+// new container back until then (lifecycle.Container.HeldBackUntil), and
+// the pods would wait for it.
+type heldBack struct {
+	until, lastExit time.Time
+	restarts        int32
+}
+
+func (h heldBack) Error() string {
+	return fmt.Sprintf("kubelet may hold a new container back until %s", stamp(h.until))
 }
 
 // upgradeStep is what a check of a healthy volume does about its
@@ -170,7 +183,14 @@ func (n *nodeServer) considerUpgrade(ctx context.Context, st *stagedVolume, sock
 		_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeNormal, reasonUpgradeLater, fmt.Sprintf(
 			"The objfuse mounter of volume %s runs %s, not the driver's %s. Its mount survives a mounter only by repair (its mounter or this node cannot hand the connection over), so it is not upgraded in place: it gets the new image when the pods using the volume are recreated.", st.VolumeID, note.image, u.want))
 	case upgradeStart:
-		if err := n.startUpgrade(ctx, st, socket, note); err != nil {
+		var held heldBack
+		if err := n.startUpgrade(ctx, st, socket, note); errors.As(err, &held) {
+			note.retryAt = held.until
+			n.log.Info("mounter upgrade deferred: kubelet would hold its new container back", "volume", st.VolumeID, "restarts", held.restarts, "until", held.until)
+			_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeNormal, reasonUpgradeDeferred, fmt.Sprintf(
+				"The objfuse mounter of volume %s runs %s, not the driver's %s. Its container restarted %d times, the last at %s, so kubelet may hold a new one back in its crash-loop back-off (up to 5 minutes after that), with the volume's requests paused meanwhile; the node plugin upgrades it in place at %s instead.",
+				st.VolumeID, note.image, u.want, held.restarts, stamp(held.lastExit), stamp(held.until)))
+		} else if err != nil {
 			note.retryAt = time.Now().Add(upgradeRetry)
 			u.counts.WithLabelValues("failed").Inc()
 			n.log.Error("upgrade mounter", "volume", st.VolumeID, "to", u.want, "err", err)
@@ -216,6 +236,9 @@ func (n *nodeServer) startUpgrade(ctx context.Context, st *stagedVolume, socket 
 		return err
 	case !found || c.PodUID != note.podUID:
 		return fmt.Errorf("mounter pod %s was replaced", m.PodName())
+	}
+	if until := c.HeldBackUntil(); time.Now().Before(until) {
+		return heldBack{until: until, restarts: c.Restarts, lastExit: c.LastExit}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

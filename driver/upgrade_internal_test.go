@@ -256,3 +256,53 @@ func TestAStoppingNodePluginFinishesTheUpgradeUnderWay(t *testing.T) {
 		t.Fatal("a stopping node plugin would start another upgrade")
 	}
 }
+
+// setRestarts makes the mounter pod's container one kubelet restarted
+// restarts times, the last container having ended ago.
+func (e *upgradeEnv) setRestarts(restarts int32, ago time.Duration) {
+	e.t.Helper()
+	p, _ := e.kc.CoreV1().Pods("objfuse-system").Get(context.Background(), e.pod.PodName(), metav1.GetOptions{})
+	p.Status.ContainerStatuses[0].RestartCount = restarts
+	p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
+		ExitCode: 75, FinishedAt: metav1.NewTime(time.Now().Add(-ago))}
+	if _, err := e.kc.CoreV1().Pods("objfuse-system").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A mounter whose container kubelet restarted twice or more, lately, is
+// not upgraded until kubelet's crash-loop back-off cannot hold its new
+// container (the pods would wait for it): its pods are told when it
+// will be, once; then it is. One restarted once is upgraded at once (a
+// roll-back right after an upgrade).
+func TestAnUpgradeWaitsOutKubeletsBackOff(t *testing.T) {
+	e := newUpgradeEnv(t, true)
+	e.setRestarts(2, time.Minute)
+	e.reconcile()
+	e.reconcile()
+	if n := e.mounter.asked(handoff.OpHandOver); n != 0 || e.podImage() != oldImage {
+		t.Fatalf("armed %d times, image %s: upgraded while kubelet may hold the new container back", n, e.podImage())
+	}
+	if r := e.told(); !slices.Equal(r, []string{reasonUpgradeDeferred}) {
+		t.Fatalf("Events %q, want one %s", r, reasonUpgradeDeferred)
+	}
+	if msg := e.toldAbout(reasonUpgradeDeferred); !strings.Contains(msg, "restarted 2 times") || !strings.Contains(msg, oldImage) {
+		t.Fatalf("the Event does not say why: %s", msg)
+	}
+	// The back-off passed.
+	e.setRestarts(2, 6*time.Minute)
+	note := e.d.node.upgrades.notes["vol"]
+	note.retryAt = time.Now().Add(-time.Second)
+	e.d.node.upgrades.notes["vol"] = note
+	e.reconcile()
+	if n := e.mounter.asked(handoff.OpHandOver); n != 1 || e.podImage() != newImage {
+		t.Fatalf("armed %d times, image %s, once kubelet's back-off passed", n, e.podImage())
+	}
+
+	once := newUpgradeEnv(t, true)
+	once.setRestarts(1, time.Second)
+	once.reconcile()
+	if once.podImage() != newImage {
+		t.Fatalf("a mounter restarted once was not upgraded: image %s", once.podImage())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +20,28 @@ type Container struct {
 	Image       string // the spec's
 	ContainerID string // the running container's, "" while none runs
 	Ready       bool
+	Restarts    int32     // how often kubelet restarted the container
+	LastExit    time.Time // when the container before this one ended; zero if none did
+}
+
+// kubeletMaxBackOff is the longest kubelet holds a container it restarts
+// (its crash-loop back-off doubles from 10 s up to this).
+const kubeletMaxBackOff = 5 * time.Minute
+
+// HeldBackUntil is until when kubelet may hold a new container of this
+// pod in its crash-loop back-off, zero when it would not. Kubelet holds a
+// container start while less than its back-off has passed since the last
+// container ended; the back-off of an image the pod ran before grows
+// with each restart (every hand-over is one), and ends within
+// kubeletMaxBackOff. So a pod restarted twice or more is held for at
+// most that long after its last exit; one restarted once or never is
+// not held (its new image has no back-off yet).
+func (c Container) HeldBackUntil() time.Time {
+	if c.Restarts < 2 || c.LastExit.IsZero() {
+		return time.Time{}
+	}
+	// A second more: the API gives the exit to the second.
+	return c.LastExit.Add(kubeletMaxBackOff + time.Second)
 }
 
 // Container reads m's live mounter pod's container; found is false when
@@ -38,8 +61,15 @@ func (f Finder) Container(ctx context.Context, m spec.Mounter) (c Container, fou
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == spec.Container && cs.State.Running != nil {
+		if cs.Name != spec.Container {
+			continue
+		}
+		if cs.State.Running != nil {
 			c.ContainerID, c.Ready = cs.ContainerID, cs.Ready
+		}
+		c.Restarts = cs.RestartCount
+		if last := cs.LastTerminationState.Terminated; last != nil {
+			c.LastExit = last.FinishedAt.Time
 		}
 	}
 	return c, true, nil
