@@ -26,10 +26,21 @@ import (
 // does not come gives up within takeoverBound, and is repaired.
 const upgradeBound = takeoverBound + 30*time.Second
 
-// upgradeRetry is how long a volume whose upgrade could not begin (the
-// mounter refused to arm, the API refused the patch) waits to be tried
-// again: not every check, which would flood the API and the Events.
-const upgradeRetry = 5 * time.Minute
+// upgradeRetry is how long after a first failed attempt (the mounter
+// refused to arm, the API refused the patch) a volume's upgrade is tried
+// again; each further failure doubles it, up to upgradeRetryMax: a
+// passing hitch (the API or the mounter slow under load) costs seconds,
+// a lasting one floods neither the API nor the Events.
+const (
+	upgradeRetry    = 10 * time.Second
+	upgradeRetryMax = 5 * time.Minute
+)
+
+// retryAfter is how long the next attempt waits after failed failures in
+// a row.
+func retryAfter(failed int) time.Duration {
+	return min(upgradeRetry<<min(max(failed-1, 0), 5), upgradeRetryMax)
+}
 
 // upgradeStopWait bounds how long a stopping node plugin goes on with an
 // upgrade under way: the connection the new container is to take over
@@ -61,6 +72,7 @@ type upgradeNote struct {
 	image   string    // its container's image, as the pod's spec says
 	told    bool      // its pods were told it waits for new pods (repair mode)
 	retryAt time.Time // after a failed attempt, not before
+	failed  int       // attempts that failed in a row
 }
 
 // upgrade is an upgrade under way: the image set, the container not
@@ -101,7 +113,7 @@ type upgradeCase struct {
 	stopping    bool   // the mounter was told to stop
 	busy        bool   // another upgrade is under way on this node
 	told        bool   // its pods were told it waits for new pods
-	backingOff  bool   // an attempt failed less than upgradeRetry ago
+	backingOff  bool   // an attempt failed, and its retry is not due
 }
 
 // decideUpgrade says what a check does about a mounter whose image may
@@ -191,13 +203,15 @@ func (n *nodeServer) considerUpgrade(ctx context.Context, st *stagedVolume, sock
 				"The objfuse mounter of volume %s runs %s, not the driver's %s. Its container restarted %d times, the last at %s, so kubelet may hold a new one back in its crash-loop back-off (up to 5 minutes after that), with the volume's requests paused meanwhile; the node plugin upgrades it in place at %s instead.",
 				st.VolumeID, note.image, u.want, held.restarts, stamp(held.lastExit), stamp(held.until)))
 		} else if err != nil {
-			note.retryAt = time.Now().Add(upgradeRetry)
+			note.failed++
+			retry := retryAfter(note.failed)
+			note.retryAt = time.Now().Add(retry)
 			u.counts.WithLabelValues("failed").Inc()
 			n.log.Error("upgrade mounter", "volume", st.VolumeID, "to", u.want, "err", err)
 			_ = n.events.Tell(ctx, st.targetPaths(), corev1.EventTypeWarning, reasonUpgradeFailed, fmt.Sprintf(
-				"The node plugin could not upgrade the objfuse mounter of volume %s from %s to %s: %v. The mounter serves on; the node plugin tries again in %s.", st.VolumeID, note.image, u.want, err, upgradeRetry))
+				"The node plugin could not upgrade the objfuse mounter of volume %s from %s to %s: %v. The mounter serves on; the node plugin tries again in %s.", st.VolumeID, note.image, u.want, err, retry))
 		} else {
-			note.image = u.want
+			note.image, note.failed = u.want, 0
 		}
 	}
 	u.notes[st.VolumeID] = note
@@ -220,7 +234,11 @@ func (u *mounterUpgrades) note(ctx context.Context, st *stagedVolume, nodeID str
 		// repair finds the new one first.
 		return upgradeNote{}, err
 	}
-	return upgradeNote{podUID: c.PodUID, image: c.Image, told: note.told && note.podUID == c.PodUID}, nil
+	fresh := upgradeNote{podUID: c.PodUID, image: c.Image}
+	if note.podUID == c.PodUID {
+		fresh.told, fresh.failed = note.told, note.failed
+	}
+	return fresh, nil
 }
 
 // startUpgrade arms st's mounter to hand over at its next SIGTERM, then

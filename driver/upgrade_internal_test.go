@@ -217,6 +217,28 @@ func TestAFailedUpgradeIsToldAndNotRetriedAtOnce(t *testing.T) {
 	if e.d.node.upgrades.running != nil {
 		t.Fatal("a failed upgrade holds up the node's next one")
 	}
+	// Due again: tried again, and the next retry waits twice as long.
+	for i, want := range []time.Duration{upgradeRetry, 2 * upgradeRetry} {
+		note := e.d.node.upgrades.notes["vol"]
+		if wait := time.Until(note.retryAt); wait > want || wait < want-5*time.Second {
+			t.Fatalf("after failure %d the retry is due in %v, want %v", i+1, wait, want)
+		}
+		note.retryAt = time.Now().Add(-time.Second)
+		e.d.node.upgrades.notes["vol"] = note
+		e.reconcile()
+		if n := e.mounter.asked(handoff.OpHandOver); n != i+2 {
+			t.Fatalf("armed %d times once the retry was due, want %d", n, i+2)
+		}
+	}
+}
+
+// Retries wait twice as long after each failure, never over the cap.
+func TestRetryAfterDoubles(t *testing.T) {
+	for failed, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 5: 160 * time.Second, 6: upgradeRetryMax, 40: upgradeRetryMax} {
+		if got := retryAfter(failed); got != want {
+			t.Errorf("after %d failures: %v, want %v", failed, got, want)
+		}
+	}
 }
 
 // A new container that does not serve within upgradeBound is reported,
