@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/tags"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -55,18 +53,7 @@ func TestListSnapshotsFindsWhatCreateSnapshotMade(t *testing.T) {
 
 	// What a controller stopped in the middle of a copy leaves: not ready.
 	ownID, _ := volume.ParseID(own)
-	mc := env.MinIO.Client()
-	cut := volume.BucketFor("snap-cut")
-	if err := mc.MakeBucket(ctx, cut, minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tg, _ := tags.NewTags(map[string]string{
-		"objfuse.csi.io/snapshot-name": "snap-cut", "objfuse.csi.io/source": ownID.Bucket + "/",
-		"objfuse.csi.io/state": "copying", "objfuse.csi.io/created": "1700000000",
-	}, false)
-	if err := mc.SetBucketTagging(ctx, cut, tg); err != nil {
-		t.Fatal(err)
-	}
+	cut := cutSnapshot(t, env.MinIO.Client(), "snap-cut", ownID.Bucket)
 	cutID := volume.ID{S3: ownID.S3, Bucket: cut}.String()
 
 	list := func(req *csi.ListSnapshotsRequest) ([]*csi.Snapshot, string) {

@@ -222,17 +222,7 @@ func TestASnapshotCutShortIsFinished(t *testing.T) {
 		}
 	}
 	// What a controller stopped after the first copies leaves.
-	snapBucket := volume.BucketFor("snapshot-cut")
-	if err := mc.MakeBucket(ctx, snapBucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tg, _ := tags.NewTags(map[string]string{
-		"objfuse.csi.io/snapshot-name": "snapshot-cut", "objfuse.csi.io/source": src.Bucket + "/",
-		"objfuse.csi.io/state": "copying", "objfuse.csi.io/created": "1700000000",
-	}, false)
-	if err := mc.SetBucketTagging(ctx, snapBucket, tg); err != nil {
-		t.Fatal(err)
-	}
+	snapBucket := cutSnapshot(t, mc, "snapshot-cut", src.Bucket)
 	if _, err := mc.CopyObject(ctx, minio.CopyDestOptions{Bucket: snapBucket, Object: "k00"}, minio.CopySrcOptions{Bucket: src.Bucket, Object: "k00"}); err != nil {
 		t.Fatal(err)
 	}
@@ -250,4 +240,25 @@ func TestASnapshotCutShortIsFinished(t *testing.T) {
 	if n != 20 {
 		t.Fatalf("the snapshot holds %d objects, want 20", n)
 	}
+}
+
+// cutSnapshot leaves what a controller stopped in the middle of taking
+// snapshot name of the volume of bucket srcBucket leaves: the snapshot's
+// bucket, recorded as copying since 1700000000, and no object yet. It
+// returns the bucket.
+func cutSnapshot(t *testing.T, mc *minio.Client, name, srcBucket string) string {
+	t.Helper()
+	ctx := context.Background()
+	bucket := volume.BucketFor(name)
+	if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tg, _ := tags.NewTags(map[string]string{
+		"objfuse.csi.io/snapshot-name": name, "objfuse.csi.io/source": srcBucket + "/",
+		"objfuse.csi.io/state": "copying", "objfuse.csi.io/created": "1700000000",
+	}, false)
+	if err := mc.SetBucketTagging(ctx, bucket, tg); err != nil {
+		t.Fatal(err)
+	}
+	return bucket
 }
