@@ -3,7 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
-	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/volume"
 )
 
@@ -24,10 +23,11 @@ import (
 // record the id names; by source volume, the snapshot buckets of a
 // bucket's volume (every bucket's tags) or the snapshot folder beside a
 // prefix's volume; with neither, every snapshot at the driver's default
-// endpoint. Snapshots the call's credentials cannot read are left out: a
-// tenant's keys list the tenant's snapshots. Ordered by id; the token is
-// the last id returned, so it stays valid when snapshots before it are
-// deleted.
+// endpoint. A listing across buckets passes over those the call's
+// credentials cannot read (another tenant's); a lookup by id or source
+// they cannot read is an error, which says why. Without credentials the
+// driver's own are used, as for ListVolumes. Ordered by id; the token is
+// the last id returned (paging.go).
 func (c *controllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	if err := checkPage(req.GetMaxEntries(), req.GetStartingToken(), "ListSnapshots"); err != nil {
 		return nil, err
@@ -48,7 +48,7 @@ func (c *controllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 		return nil, err
 	}
 	if src := req.GetSourceVolumeId(); src != "" {
-		found = keep(found, func(s *csi.Snapshot) bool { return s.SourceVolumeId == src })
+		found = slices.DeleteFunc(found, func(s *csi.Snapshot) bool { return s.SourceVolumeId != src })
 	}
 	page, next := pageOf(found, func(s *csi.Snapshot) string { return s.SnapshotId }, req.GetStartingToken(), req.GetMaxEntries())
 	entries := make([]*csi.ListSnapshotsResponse_Entry, len(page))
@@ -64,13 +64,16 @@ func (c *controllerServer) snapshotByID(ctx context.Context, snapshotID string, 
 	if err != nil {
 		return nil, nil // not an objfuse snapshot: none has that id
 	}
-	a, err := c.s3.adminFor(id.S3, secrets, lifecycle.ListSecret)
+	a, err := c.s3.listerFor(id.S3, secrets)
 	if err != nil {
 		return nil, err
 	}
 	s, err := snapshotAt(ctx, a, id)
-	if err != nil || s == nil {
-		return nil, err
+	if err != nil {
+		return nil, s3Status(err, "read the record of snapshot "+snapshotID)
+	}
+	if s == nil {
+		return nil, nil
 	}
 	return []*csi.Snapshot{s}, nil
 }
@@ -82,7 +85,7 @@ func (c *controllerServer) snapshotsOf(ctx context.Context, sourceID string, sec
 	if err != nil {
 		return nil, nil // not an objfuse volume: it has no snapshots
 	}
-	a, err := c.s3.adminFor(src.S3, secrets, lifecycle.ListSecret)
+	a, err := c.s3.listerFor(src.S3, secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -93,46 +96,76 @@ func (c *controllerServer) snapshotsOf(ctx context.Context, sourceID string, sec
 		}
 		return snapshotBuckets(ctx, a, src.S3, buckets)
 	}
-	return snapshotsIn(ctx, a, src.S3, src.Bucket, volume.BaseOf(src.Prefix))
+	found, err := snapshotsIn(ctx, a, src.S3, src.Bucket, volume.BaseOf(src.Prefix))
+	if err != nil {
+		return nil, s3Status(err, "list the snapshots of volume "+sourceID)
+	}
+	return found, nil
 }
 
 // everySnapshot lists the default endpoint, with the call's credentials
-// or the driver's own.
+// or the driver's own. A bucket these credentials cannot read, or that
+// answers otherwise than as objfuse's (another region's), is passed
+// over: it holds no snapshot of theirs.
 func (c *controllerServer) everySnapshot(ctx context.Context, secrets map[string]string) ([]*csi.Snapshot, error) {
-	a, s, err := c.s3.defaultAdmin()
-	if len(secrets) > 0 && s.Endpoint != "" {
-		a, err = c.s3.adminFor(s, secrets, lifecycle.ListSecret)
+	s := c.s3.defaultS3()
+	if s.Endpoint == "" {
+		return nil, status.Error(codes.FailedPrecondition, "ListSnapshots without a snapshot id or source volume lists the driver's default endpoint, and the driver has none (--s3-endpoint)")
 	}
+	a, err := c.s3.listerFor(s, secrets)
 	if err != nil {
-		return nil, status.Errorf(status.Code(err), "ListSnapshots without a snapshot id or source volume lists the driver's default endpoint: %s", status.Convert(err).Message())
+		return nil, err
 	}
 	buckets, err := a.Buckets(ctx)
 	if err != nil {
 		return nil, s3Status(err, "list buckets")
 	}
-	found, err := snapshotBuckets(ctx, a, s, buckets)
-	if err != nil {
-		return nil, err
-	}
+	var found []*csi.Snapshot
 	for _, b := range buckets {
-		more, err := snapshotsInBucket(ctx, a, s, b)
+		more, err := snapshotsOfBucket(ctx, a, s, b)
+		if passOver(err) {
+			c.log.Info("ListSnapshots passes over a bucket", "bucket", b, "err", err)
+			continue
+		}
 		if err != nil {
-			return nil, err
+			return nil, s3Status(err, "list the snapshots in bucket "+b)
 		}
 		found = append(found, more...)
 	}
 	return found, nil
 }
 
-// snapshotBuckets are the snapshots among buckets (of their own).
+// snapshotsOfBucket is the bucket itself if it is a snapshot, else the
+// snapshots of the prefix volumes in it, unless it is a volume's own.
+func snapshotsOfBucket(ctx context.Context, a *s3store.Admin, s volume.S3, bucket string) ([]*csi.Snapshot, error) {
+	facts, err := recordOf{a: a, bucket: bucket}.read(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case facts[factSnapshot] != "":
+		snap, err := snapshotAt(ctx, a, volume.ID{S3: s, Bucket: bucket})
+		if snap == nil {
+			return nil, err
+		}
+		return []*csi.Snapshot{snap}, err
+	case facts[factVolume] != "":
+		return nil, nil // a volume's bucket holds its files, no snapshot
+	}
+	return snapshotsInBucket(ctx, a, s, bucket)
+}
+
+// snapshotBuckets are the snapshots among buckets (of their own); a
+// bucket these credentials cannot read is passed over.
 func snapshotBuckets(ctx context.Context, a *s3store.Admin, s volume.S3, buckets []string) ([]*csi.Snapshot, error) {
 	var found []*csi.Snapshot
 	for _, b := range buckets {
 		snap, err := snapshotAt(ctx, a, volume.ID{S3: s, Bucket: b})
-		if err != nil {
-			return nil, err
-		}
-		if snap != nil {
+		switch {
+		case passOver(err):
+			continue
+		case err != nil:
+			return nil, s3Status(err, "read the tags of bucket "+b)
+		case snap != nil:
 			found = append(found, snap)
 		}
 	}
@@ -142,13 +175,17 @@ func snapshotBuckets(ctx context.Context, a *s3store.Admin, s volume.S3, buckets
 // snapshotsInBucket are the snapshots of prefix volumes in bucket: those
 // of volumes at its root, and of every base its index names.
 func snapshotsInBucket(ctx context.Context, a *s3store.Admin, s volume.S3, bucket string) ([]*csi.Snapshot, error) {
-	found, err := snapshotsIn(ctx, a, s, bucket, "")
+	names, err := a.Children(ctx, bucket, volume.SnapshotsUnder(""), false)
 	if err != nil {
 		return nil, err
 	}
+	found, err := snapshotsAmong(ctx, a, s, bucket, names)
+	if err != nil || !slices.Contains(names, volume.SnapshotBases) {
+		return found, err
+	}
 	bases, err := a.Children(ctx, bucket, volume.SnapshotBases, true)
 	if err != nil {
-		return nil, unlessUnreadable(err, "list the snapshot index of bucket "+bucket)
+		return nil, err
 	}
 	for _, key := range bases {
 		more, err := snapshotsIn(ctx, a, s, bucket, strings.TrimPrefix(key, volume.SnapshotBases))
@@ -164,14 +201,19 @@ func snapshotsInBucket(ctx context.Context, a *s3store.Admin, s volume.S3, bucke
 func snapshotsIn(ctx context.Context, a *s3store.Admin, s volume.S3, bucket, base string) ([]*csi.Snapshot, error) {
 	names, err := a.Children(ctx, bucket, volume.SnapshotsUnder(base), false)
 	if err != nil {
-		return nil, unlessUnreadable(err, "list the snapshots in bucket "+bucket)
+		return nil, err
 	}
+	return snapshotsAmong(ctx, a, s, bucket, names)
+}
+
+// snapshotsAmong are the snapshots whose folders are among keys.
+func snapshotsAmong(ctx context.Context, a *s3store.Admin, s volume.S3, bucket string, keys []string) ([]*csi.Snapshot, error) {
 	var found []*csi.Snapshot
-	for _, n := range names {
-		if !strings.HasSuffix(n, "/") || n == volume.SnapshotBases {
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "/") || k == volume.SnapshotBases {
 			continue
 		}
-		snap, err := snapshotAt(ctx, a, volume.ID{S3: s, Bucket: bucket, Prefix: n})
+		snap, err := snapshotAt(ctx, a, volume.ID{S3: s, Bucket: bucket, Prefix: k})
 		if err != nil {
 			return nil, err
 		}
@@ -183,74 +225,42 @@ func snapshotsIn(ctx context.Context, a *s3store.Admin, s volume.S3, bucket, bas
 }
 
 // snapshotAt is the snapshot whose record is at id's bucket or prefix;
-// nil when there is none (or the credentials cannot read it).
+// nil when there is none, or the record is not one CreateSnapshot wrote
+// there (copied along with a bucket, or made by hand): a snapshot of a
+// bucket's volume is a bucket, and one of a prefix's is in the snapshot
+// folder beside it.
 func snapshotAt(ctx context.Context, a *s3store.Admin, id volume.ID) (*csi.Snapshot, error) {
 	facts, err := recordOf{a: a, bucket: id.Bucket, prefix: id.Prefix}.read(ctx)
-	if err != nil {
-		return nil, unlessUnreadable(err, "read the record of snapshot "+id.String())
-	}
-	if facts[factSnapshot] == "" {
+	if errors.Is(err, store.ErrNotExist) || errors.Is(err, store.ErrNoBucket) {
 		return nil, nil
 	}
+	if err != nil || facts[factSnapshot] == "" {
+		return nil, err
+	}
 	srcBucket, srcPrefix, _ := strings.Cut(facts[factSource], "/")
-	created, _ := strconv.ParseInt(facts[factCreated], 10, 64)
-	size, _ := strconv.ParseInt(facts[factSize], 10, 64)
-	return &csi.Snapshot{
+	src := volume.ID{S3: id.S3, Bucket: srcBucket, Prefix: srcPrefix}
+	mine := srcPrefix == "" && id.Prefix == "" ||
+		srcPrefix != "" && srcBucket == id.Bucket && strings.HasPrefix(id.Prefix, volume.SnapshotsUnder(volume.BaseOf(srcPrefix)))
+	if !mine || srcBucket == "" {
+		return nil, nil
+	}
+	snap := &csi.Snapshot{
 		SnapshotId:     id.String(),
-		SourceVolumeId: volume.ID{S3: id.S3, Bucket: srcBucket, Prefix: srcPrefix}.String(),
-		SizeBytes:      size,
-		CreationTime:   timestamppb.New(time.Unix(created, 0)),
+		SourceVolumeId: src.String(),
 		ReadyToUse:     facts[factState] == stateReady,
-	}, nil
+	}
+	snap.SizeBytes, _ = strconv.ParseInt(facts[factSize], 10, 64)
+	if created, err := strconv.ParseInt(facts[factCreated], 10, 64); err == nil {
+		snap.CreationTime = timestamppb.New(time.Unix(created, 0))
+	}
+	return snap, nil
 }
 
-// unlessUnreadable is nil for what a listing passes over: a bucket or
-// record gone since it was listed, or one these credentials may not read
-// (another tenant's); otherwise err's gRPC status.
-func unlessUnreadable(err error, what string) error {
-	switch {
-	case err == nil, errors.Is(err, store.ErrNotExist), errors.Is(err, store.ErrNoBucket), errors.Is(err, store.ErrAccess):
-		return nil
-	}
-	return s3Status(err, what)
-}
-
-// checkPage checks a List call's paging: no negative size, and a token
-// this driver made (the id of the last entry returned).
-func checkPage(maxEntries int32, token, call string) error {
-	if maxEntries < 0 {
-		return status.Error(codes.InvalidArgument, "max_entries may not be negative")
-	}
-	if token != "" {
-		if _, err := volume.ParseID(token); err != nil {
-			return status.Errorf(codes.Aborted, "starting token %q was not made by this driver's %s", token, call)
-		}
-	}
-	return nil
-}
-
-// pageOf orders items by id and returns those after token, at most
-// maxEntries of them (all when 0), and the token for the next page ("" at
-// the end).
-func pageOf[T any](items []T, id func(T) string, token string, maxEntries int32) ([]T, string) {
-	sort.Slice(items, func(i, j int) bool { return id(items[i]) < id(items[j]) })
-	if token != "" {
-		items = items[sort.Search(len(items), func(i int) bool { return id(items[i]) > token }):]
-	}
-	if max := int(maxEntries); max > 0 && len(items) > max {
-		items = items[:max]
-		return items, id(items[max-1])
-	}
-	return items, ""
-}
-
-// keep is the items ok keeps.
-func keep[T any](items []T, ok func(T) bool) []T {
-	var out []T
-	for _, it := range items {
-		if ok(it) {
-			out = append(out, it)
-		}
-	}
-	return out
+// passOver says whether a listing across buckets passes over one that
+// answered err: one gone since it was listed, one these credentials may
+// not read (another tenant's), or one that answers otherwise than as
+// objfuse's buckets do (another region's).
+func passOver(err error) bool {
+	return errors.Is(err, store.ErrNotExist) || errors.Is(err, store.ErrNoBucket) ||
+		errors.Is(err, store.ErrAccess) || errors.Is(err, store.ErrInvalid)
 }

@@ -68,12 +68,7 @@ func (c *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists of another volume (%s), not of %q", name, facts[factSource], req.GetSourceVolumeId())
 	}
 	if facts[factState] == "" {
-		if base := volume.BaseOf(src.Prefix); src.Prefix != "" && base != "" {
-			// Listed in the bucket's index, for ListSnapshots to find.
-			if err := a.PutMarker(ctx, snap.Bucket, volume.SnapshotBases+base, nil); err != nil {
-				return nil, s3Status(err, fmt.Sprintf("index snapshot %q", name))
-			}
-		}
+		c.indexSnapshots(ctx, a, snap.Bucket, volume.BaseOf(src.Prefix))
 		facts = map[string]string{factSnapshot: tagValue(name), factSource: source, factState: stateCopying, factCreated: unixNow()}
 		if err := rec.write(ctx, facts); err != nil {
 			return nil, s3Status(err, fmt.Sprintf("record snapshot %q", name))
@@ -107,6 +102,26 @@ func (c *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	c.log.Info("snapshot taken", "snapshot", name, "volume", req.GetSourceVolumeId(), "copied", job.progress())
 	_, sofar := job.counts()
 	return out(true, strconv.FormatInt(sofar.Bytes, 10)), nil
+}
+
+// indexSnapshots names base in the index of bucket's snapshot bases
+// (volume.SnapshotBases), for a listing of every snapshot to find those
+// of base's volumes. Best effort: keys that may write only below base
+// cannot write the index at the bucket's root, and their snapshots are
+// still found by id and by source volume. An entry stays when base's
+// last snapshot goes: it costs a listing of an empty folder, and
+// removing it could race another snapshot of base.
+func (c *controllerServer) indexSnapshots(ctx context.Context, a *s3store.Admin, bucket, base string) {
+	if base == "" {
+		return // the root's snapshot folder is listed anyway
+	}
+	key := volume.SnapshotBases + base
+	if _, err := a.Marker(ctx, bucket, key); err == nil {
+		return
+	}
+	if err := a.PutMarker(ctx, bucket, key, nil); err != nil {
+		c.log.Warn("snapshot not indexed: only a listing by id or by source volume finds it", "bucket", bucket, "base", base, "err", err)
+	}
 }
 
 // makeSnapshotPlace makes the snapshot's bucket (a prefix needs nothing

@@ -4,12 +4,15 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/minio/minio-go/v7"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/objfuse/objfuse/fusefs/store/s3store"
 	"github.com/objfuse/objfuse/test/csitest"
 	"github.com/objfuse/objfuse/volume"
 )
@@ -109,15 +112,24 @@ func TestListSnapshotsFindsWhatCreateSnapshotMade(t *testing.T) {
 		t.Errorf("by id and another volume as source: %v", got)
 	}
 
+	// A record that is not where CreateSnapshot puts one (copied along
+	// with a bucket, or made by hand) names no snapshot.
+	mc := env.MinIO.Client()
+	elsewhere := env.MinIO.NewBucket(t)
+	if _, err := mc.PutObject(ctx, elsewhere, volume.SnapshotsUnder("")+"copied/", strings.NewReader(""), 0, minio.PutObjectOptions{UserMetadata: map[string]string{
+		"Objfuse-Snapshot-Name": "copied", "Objfuse-Source": shared + "/x/", "Objfuse-State": "ready"}}); err != nil {
+		t.Fatal(err)
+	}
+
 	all, next := list(&csi.ListSnapshotsRequest{})
 	allIDs := ids(all)
+	wantAll := []string{cutID}
 	for id := range want {
-		if !slices.Contains(allIDs, id) {
-			t.Errorf("all snapshots %q lack %s", allIDs, id)
-		}
+		wantAll = append(wantAll, id)
 	}
-	if !slices.Contains(allIDs, cutID) || next != "" {
-		t.Errorf("all snapshots %q (next %q) lack the unfinished %s, or say there are more", allIDs, next, cutID)
+	sort.Strings(wantAll)
+	if !slices.Equal(allIDs, wantAll) || next != "" {
+		t.Errorf("all snapshots %q (next %q), want %q", allIDs, next, wantAll)
 	}
 	var paged []*csi.Snapshot
 	for token, pages := "", 0; ; pages++ {
@@ -151,6 +163,19 @@ func TestListSnapshotsFindsWhatCreateSnapshotMade(t *testing.T) {
 	}
 	if all2, _ := list(&csi.ListSnapshotsRequest{}); slices.Contains(ids(all2), gone.GetSnapshotId()) || len(all2) != len(all)-1 {
 		t.Errorf("after deleting %s, all snapshots: %q", gone.GetSnapshotId(), ids(all2))
+	}
+
+	// Without credentials, the driver's own; with keys that are wrong,
+	// an error that says so, not "no such snapshot".
+	some := all[0].GetSnapshotId()
+	if r, err := env.Controller.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: some}); err != nil || len(r.GetEntries()) != 1 {
+		t.Errorf("by id without credentials: %v, %v; want it found with the driver's own", r, err)
+	}
+	wrong := map[string]string{s3store.AccessKeyFile: "nobody", s3store.SecretKeyFile: "wrong-secret"}
+	for _, req := range []*csi.ListSnapshotsRequest{{SnapshotId: some, Secrets: wrong}, {SourceVolumeId: underBase, Secrets: wrong}, {Secrets: wrong}} {
+		if _, err := env.Controller.ListSnapshots(ctx, req); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("ListSnapshots(%v) with wrong keys: %v, want PermissionDenied", req, err)
+		}
 	}
 
 	for _, bad := range []struct {

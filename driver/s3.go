@@ -60,11 +60,28 @@ func (a *s3Admins) admin(s volume.S3, creds map[string][]byte) (*s3store.Admin, 
 	return admin, nil
 }
 
+// listerFor connects to endpoint s for ListSnapshots: with the call's
+// Secret, or without one with the driver's own keys (csi-snapshotter
+// sends none when the VolumeSnapshotClass names no list Secret, as for
+// a pre-provisioned snapshot without a class).
+func (a *s3Admins) listerFor(s volume.S3, secrets map[string]string) (*s3store.Admin, error) {
+	if len(secrets) == 0 && a.creds.DefaultDir != "" {
+		return a.admin(s, a.creds.Default())
+	}
+	return a.adminFor(s, secrets, lifecycle.ListSecret)
+}
+
+// defaultS3 is the driver's default endpoint, as a volume's S3 settings.
+func (a *s3Admins) defaultS3() volume.S3 {
+	def := a.defaults
+	return volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}
+}
+
 // defaultAdmin is the driver's own S3 client, for ListVolumes and Probe,
 // and the S3 settings it was made with.
 func (a *s3Admins) defaultAdmin() (*s3store.Admin, volume.S3, error) {
 	def := a.defaults
-	s := volume.S3{Endpoint: def.Endpoint, Region: regionOr(def.Region), PathStyle: def.PathStyle}
+	s := a.defaultS3()
 	if def.Endpoint == "" || a.creds.DefaultDir == "" {
 		return nil, s, status.Error(codes.FailedPrecondition, "the driver has no default S3 endpoint and credentials (--s3-endpoint, --s3-credentials-dir)")
 	}
