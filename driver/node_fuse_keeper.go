@@ -92,6 +92,17 @@ func (k *connKeeper) connection(volumeID string) (int, bool) {
 // errNotKept: no handle of the volume's connection is kept.
 var errNotKept = errors.New("the node plugin keeps no handle of the volume's FUSE connection")
 
+// lendRetry is how long after a refused loan the same mounter is asked
+// again (doubling with each refusal, to 16 times this).
+const lendRetry = time.Minute
+
+// lendAsk is the last loan asked of a volume's mounter.
+type lendAsk struct {
+	pid      int
+	at       time.Time
+	refusals int // by this pid, in a row, counting this one if it refuses
+}
+
 // dup is a new handle of volumeID's connection (close-on-exec), the
 // caller's to close once it handed it over.
 func (k *connKeeper) dup(volumeID string) (int, error) {
@@ -112,15 +123,22 @@ func (k *connKeeper) dup(volumeID string) (int, error) {
 // lost the one it kept, or kept none. The handle is checked, for the
 // mounter is less trusted than the node plugin: it must be a live FUSE
 // connection, and the one mounted at the staging path where the kernel
-// names it. Each mounter process (pid) is asked once if it answers (an
-// older one does not know the op, and would refuse every check); one
+// names it. A mounter process (pid) that refused is asked again only
+// after lendRetry, doubling with each refusal (an older one does not
+// know the op, and would refuse every check; a passing refusal must not
+// leave the mount without takeover for the mounter's lifetime); one
 // that did not answer (busy past the 2 s bound) is asked again at the
 // next check.
 func (n *nodeServer) borrowConnection(ctx context.Context, st *stagedVolume, socket string, pid int) {
-	if pid != 0 && n.state.lendAsked[st.VolumeID] == pid {
+	last, asked := n.state.lendAsked[st.VolumeID]
+	if asked && pid != 0 && last.pid == pid && time.Since(last.at) < lendRetry<<min(last.refusals-1, 4) {
 		return
 	}
-	n.state.lendAsked[st.VolumeID] = pid
+	ask := lendAsk{pid: pid, at: time.Now(), refusals: 1}
+	if asked && last.pid == pid {
+		ask.refusals = last.refusals + 1
+	}
+	n.state.lendAsked[st.VolumeID] = ask
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	rep, fd, err := handoff.CallFD(cctx, socket, handoff.Request{Op: handoff.OpLend}, -1)

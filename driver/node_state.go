@@ -103,7 +103,7 @@ type nodeState struct {
 	// keeps began to wait for a successor mounter; lendAsked is the
 	// mounter process (pid) last asked to lend each volume's handle.
 	takeoverSince map[string]time.Time
-	lendAsked     map[string]int
+	lendAsked     map[string]lendAsk
 	// ended are the volumes whose mounter a watch saw end, until a
 	// successor serves (node_survival.go).
 	ended map[string]bool
@@ -112,7 +112,7 @@ type nodeState struct {
 func newNodeState(dir string, gauge prometheus.Gauge, survival *prometheus.GaugeVec, log *slog.Logger) *nodeState {
 	return &nodeState{dir: dir, log: log, gauge: gauge, survival: survival, abnormal: map[string]string{}, pending: map[string]string{},
 		modes: map[string]string{}, hangs: map[string]int{}, healthNotes: map[string]healthNote{},
-		takeoverSince: map[string]time.Time{}, lendAsked: map[string]int{}, ended: map[string]bool{}}
+		takeoverSince: map[string]time.Time{}, lendAsked: map[string]lendAsk{}, ended: map[string]bool{}}
 }
 
 // podsAt are the pods the volumes staged here were published at targets

@@ -558,7 +558,8 @@ func TestTakeoverOffIsTodaysRepair(t *testing.T) {
 // A restarted node plugin has lost the handles it kept: it borrows each
 // from its serving mounter (OpLend), checks it holds the connection
 // mounted at the staging path, and keeps it; a mounter that lends
-// another connection's handle is refused, and asked once.
+// another connection's handle is refused, and asked again only after
+// lendRetry.
 func TestARestartedNodePluginBorrowsTheConnection(t *testing.T) {
 	e := newTakeoverEnv(t, true)
 	e.restartNode()
@@ -607,5 +608,19 @@ func TestARestartedNodePluginBorrowsTheConnection(t *testing.T) {
 	e.d.metrics.survival.WithLabelValues("vol", handoff.ModeRepair).Write(&stale)
 	if stale.GetGauge().GetValue() != 1 {
 		t.Fatalf("survival metric for repair: %v", stale.GetGauge())
+	}
+
+	// The refusal passes: once lendRetry has, the same mounter is asked
+	// again, and its loan kept.
+	e.mounter.set(func(m *fakeMounter) { m.lendOther = 0 })
+	ask := e.d.node.state.lendAsked["vol"]
+	ask.at = time.Now().Add(-lendRetry)
+	e.d.node.state.lendAsked["vol"] = ask
+	e.reconcile()
+	if n := e.mounter.asked(handoff.OpLend) - lends; n != 2 {
+		t.Fatalf("asked the mounter to lend %d times once the retry was due, want twice", n)
+	}
+	if name := e.keptName(); name != e.mounter.servedName(t) {
+		t.Fatalf("kept %q once the mounter lent its own connection, want %s", name, e.mounter.servedName(t))
 	}
 }
