@@ -225,7 +225,7 @@ func (u *mounterUpgrades) note(ctx context.Context, st *stagedVolume, nodeID str
 	if ok && note.podUID == st.MounterUID && note.retryAt.IsZero() {
 		return note, nil
 	}
-	if ok && time.Now().Before(note.retryAt) {
+	if ok && note.podUID == st.MounterUID && time.Now().Before(note.retryAt) {
 		return note, nil
 	}
 	c, found, err := u.pods.Container(ctx, st.mounter(nodeID))

@@ -30,12 +30,15 @@ const kubeletMaxBackOff = 5 * time.Minute
 
 // HeldBackUntil is until when kubelet may hold a new container of this
 // pod in its crash-loop back-off, zero when it would not. Kubelet holds a
-// container start while less than its back-off has passed since the last
-// container ended; the back-off of an image the pod ran before grows
-// with each restart (every hand-over is one), and ends within
-// kubeletMaxBackOff. So a pod restarted twice or more is held for at
-// most that long after its last exit; one restarted once or never is
-// not held (its new image has no back-off yet).
+// container start while less than its back-off (kept per image) has
+// passed since the exit of the container before the running one (the
+// one that hands over is still running when kubelet decides: LastExit);
+// the back-off of an image grows with each restart (every hand-over is
+// one), and ends within kubeletMaxBackOff. So a pod restarted twice or
+// more is held for at most that long after LastExit; one restarted once
+// or never is not held (its new image has no back-off yet; except after
+// a start of that image that failed without a restart, as a pull error,
+// which is rare and short).
 func (c Container) HeldBackUntil() time.Time {
 	if c.Restarts < 2 || c.LastExit.IsZero() {
 		return time.Time{}

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -16,9 +17,12 @@ import (
 // the Events of its namespace and of the driver's (the last ten
 // minutes), the mounter pods' containers, and the node plugins' and the
 // controller's last lines. A failure in CI is then explained by its log.
+// Each request has a deadline: a node the test stopped does not answer
+// for its logs, and the diagnosis must not hide the failure it explains.
 func (s *suite) diagnose() {
 	s.diagnosed = true
-	ctx := s.ctx()
+	ctx, cancel := context.WithTimeout(s.ctx(), time.Minute)
+	defer cancel()
 	since := time.Now().Add(-10 * time.Minute)
 	for _, ns := range []string{s.ns, driverNS} {
 		evs, err := s.kc.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
@@ -48,7 +52,9 @@ func (s *suite) diagnose() {
 		s.t.Logf("diagnose: pod %s on %s, image %s, phase %s:%s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image, p.Status.Phase, b.String())
 		if strings.HasPrefix(p.Name, "objfuse-node-") || strings.HasPrefix(p.Name, "objfuse-controller-") {
 			tail := int64(400)
-			out, err := s.kc.CoreV1().Pods(driverNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: p.Spec.Containers[0].Name, TailLines: &tail}).DoRaw(ctx)
+			lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+			out, err := s.kc.CoreV1().Pods(driverNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: p.Spec.Containers[0].Name, TailLines: &tail}).DoRaw(lctx)
+			lcancel()
 			if err != nil {
 				s.t.Logf("diagnose: logs of %s: %v", p.Name, err)
 				continue

@@ -104,6 +104,8 @@ func newSuite(t *testing.T) *suite {
 	}
 	s.ns = ns.Name
 	t.Cleanup(func() {
+		// Late (the test's own clean-ups ran first), for failures that
+		// were not diagnosed where they happened.
 		if t.Failed() && !s.diagnosed {
 			s.diagnose()
 		}
@@ -143,8 +145,9 @@ func (s *suite) eventually(d time.Duration, what string, cond func() (bool, erro
 		}
 		lastErr = err
 		if time.Now().After(deadline) {
+			s.t.Errorf("timed out after %v waiting for %s (last error: %v)", d, what, lastErr)
 			s.diagnose()
-			s.t.Fatalf("timed out after %v waiting for %s (last error: %v)", d, what, lastErr)
+			s.t.FailNow()
 		}
 		<-time.After(500 * time.Millisecond)
 	}
