@@ -48,3 +48,40 @@ func TestChmodKeepsAMarkersOtherMetadata(t *testing.T) {
 		})
 	}
 }
+
+// A renamed directory's marker keeps another tool's metadata (as a
+// server-side copy would), and its own attributes.
+func TestRenameKeepsAMarkersOtherMetadata(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			st := b.fresh(t)
+			ctx := context.Background()
+			mnt := mountFS(t, st, fusefs.Options{Prefix: "vol/"})
+			if err := os.Mkdir(filepath.Join(mnt, "old"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			o, err := st.Head(ctx, "vol/old/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta := o.Metadata
+			meta["other-tool"] = "kept"
+			if _, err := st.Put(ctx, "vol/old/", bytes.NewReader(nil), 0, meta); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(mnt, "old", "f"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(mnt, "old"), filepath.Join(mnt, "new")); err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.Head(ctx, "vol/new/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Metadata["other-tool"] != "kept" || got.Metadata["mode"] != meta["mode"] {
+				t.Errorf("the renamed marker's metadata %v, want other-tool=kept and mode %s", got.Metadata, meta["mode"])
+			}
+		})
+	}
+}

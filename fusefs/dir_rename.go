@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"maps"
 	"context"
 	"errors"
 	"slices"
@@ -277,7 +278,11 @@ func (f *FS) copyMarker(ctx context.Context, m store.Object, dst string) error {
 		}
 		m = h
 	}
-	_, err := f.store.Put(ctx, dst, bytes.NewReader(nil), 0, f.attrsOf(m, syscall.S_IFDIR).metadata())
+	// Another tool's metadata goes along, as a server-side copy would
+	// take it; the attributes are this marker's.
+	meta := maps.Clone(m.Metadata)
+	maps.Copy(meta, f.attrsOf(m, syscall.S_IFDIR).metadata())
+	_, err := f.store.Put(ctx, dst, bytes.NewReader(nil), 0, meta)
 	return err
 }
 
