@@ -2,9 +2,9 @@ package fusefs
 
 import (
 	"bytes"
-	"maps"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
