@@ -63,10 +63,19 @@ func dropPages(tb testing.TB, f *os.File) {
 	}
 }
 
-// BenchmarkSeqWrite writes a 64 MiB file in 1 MiB writes and closes it:
+// BenchmarkSeqWrite writes a 64 MiB file in 1 MiB, 64 KiB and 4 KiB
+// writes and closes it:
 // with durable close, the object is complete in the store on return.
 func BenchmarkSeqWrite(b *testing.B) {
-	chunk := randomBytes(1 << 20)
+	for _, size := range []int{1 << 20, 64 << 10, 4 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) { benchSeqWrite(b, size) })
+	}
+}
+
+// benchSeqWrite is BenchmarkSeqWrite in writes of size bytes (a program
+// writing with small buffers: dd bs=4k, busybox cp).
+func benchSeqWrite(b *testing.B, size int) {
+	chunk := randomBytes(size)
 	for _, be := range benchBackends() {
 		b.Run(be.name, func(b *testing.B) {
 			dir := mountFS(b, be.fresh(b), benchOpts())
