@@ -143,11 +143,10 @@ func snapshotsOfBucket(ctx context.Context, a *s3store.Admin, s volume.S3, bucke
 	case err != nil:
 		return nil, err
 	case facts[factSnapshot] != "":
-		snap, err := snapshotAt(ctx, a, volume.ID{S3: s, Bucket: bucket})
-		if snap == nil {
-			return nil, err
+		if snap := snapshotOf(volume.ID{S3: s, Bucket: bucket}, facts); snap != nil {
+			return []*csi.Snapshot{snap}, nil
 		}
-		return []*csi.Snapshot{snap}, err
+		return nil, nil
 	case facts[factVolume] != "":
 		return nil, nil // a volume's bucket holds its files, no snapshot
 	}
@@ -234,15 +233,24 @@ func snapshotAt(ctx context.Context, a *s3store.Admin, id volume.ID) (*csi.Snaps
 	if errors.Is(err, store.ErrNotExist) || errors.Is(err, store.ErrNoBucket) {
 		return nil, nil
 	}
-	if err != nil || facts[factSnapshot] == "" {
+	if err != nil {
 		return nil, err
+	}
+	return snapshotOf(id, facts), nil
+}
+
+// snapshotOf is the snapshot the record facts at id describe; nil when
+// they describe none that CreateSnapshot made there (see snapshotAt).
+func snapshotOf(id volume.ID, facts map[string]string) *csi.Snapshot {
+	if facts[factSnapshot] == "" {
+		return nil
 	}
 	srcBucket, srcPrefix, _ := strings.Cut(facts[factSource], "/")
 	src := volume.ID{S3: id.S3, Bucket: srcBucket, Prefix: srcPrefix}
 	mine := srcPrefix == "" && id.Prefix == "" ||
 		srcPrefix != "" && srcBucket == id.Bucket && strings.HasPrefix(id.Prefix, volume.SnapshotsUnder(volume.BaseOf(srcPrefix)))
 	if !mine || srcBucket == "" {
-		return nil, nil
+		return nil
 	}
 	snap := &csi.Snapshot{
 		SnapshotId:     id.String(),
@@ -253,7 +261,7 @@ func snapshotAt(ctx context.Context, a *s3store.Admin, id volume.ID) (*csi.Snaps
 	if created, err := strconv.ParseInt(facts[factCreated], 10, 64); err == nil {
 		snap.CreationTime = timestamppb.New(time.Unix(created, 0))
 	}
-	return snap, nil
+	return snap
 }
 
 // passOver says whether a listing across buckets passes over one that
