@@ -62,3 +62,12 @@ func WithReorderWait(o Options, d time.Duration) Options {
 
 // HeldBackByRenames counts the changes waiting for a rename to end.
 func HeldBackByRenames(f *FS) int { return f.gate.heldBack() }
+
+// KeepsPages reports whether an open of the file name, in the root,
+// would let the kernel keep its pages of it (pagesCurrentLocked).
+func KeepsPages(f *FS, name string) bool {
+	n := f.root.GetChild(name).Operations().(*fileNode)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pagesCurrentLocked()
+}

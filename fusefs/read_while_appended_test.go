@@ -74,6 +74,34 @@ func TestFreshOpensWhileAppended(t *testing.T) {
 	}
 }
 
+// TestAppendersPagesAreKept: the kernel's pages of a file appended to
+// and fsynced here are of the file's content after every fsync, the
+// first one (which ends the stream a new file is written as) included, so
+// that an open never has the kernel drop them under a WRITE on its way:
+// the race TestFreshOpensWhileAppended meets only now and then.
+func TestAppendersPagesAreKept(t *testing.T) {
+	f, dir := mountFSOf(t, memstore.New(), fusefs.Options{})
+	w, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 3 {
+		if _, err := w.WriteString(strconv.Itoa(i) + "\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !fusefs.KeepsPages(f, "log") {
+			t.Fatalf("after write %d, an open would drop the kernel's pages", i)
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if !fusefs.KeepsPages(f, "log") {
+			t.Fatalf("after fsync %d, an open would drop the kernel's pages", i)
+		}
+	}
+}
+
 // firstBadLine is where b stops being the lines "0\n1\n2\n..." (a last
 // line without its newline aside), or -1.
 func firstBadLine(b []byte) int {

@@ -73,6 +73,13 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		o, ferr := s.finish(ctx, meta)
 		if err = ferr; err == nil {
 			a.size, a.etag = o.Size, o.ETag
+			if n.cachedETag == pagesLocal {
+				// The content is stored, no longer local: the pages
+				// are of the version it became. (Left at pagesLocal,
+				// the next open would have the kernel drop them, under
+				// an appender's WRITE on its way.)
+				n.cachedETag = o.ETag
+			}
 		} else {
 			// The stream's data is gone with its aborted upload; the
 			// writer hears of it on this and every later flush.
