@@ -33,6 +33,8 @@ type Store struct {
 	// FailWith, when set, is consulted before every operation; a non-nil
 	// result fails the operation. Tests use it to inject faults.
 	FailWith func(op, key string) error
+	// patterned: objects are their Pattern, and no bytes are kept.
+	patterned bool
 }
 
 // New returns an empty store.
@@ -71,7 +73,7 @@ func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (i
 	if etag != store.AnyVersion && etag != o.info.ETag {
 		return nil, fmt.Errorf("get %q of version %s, now %s: %w", key, etag, o.info.ETag, store.ErrChanged)
 	}
-	size := int64(len(o.data))
+	size := o.info.Size
 	if off > size || off < 0 {
 		return nil, fmt.Errorf("get %q at %d of %d: %w", key, off, size, store.ErrInvalid)
 	}
@@ -79,36 +81,47 @@ func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (i
 	if length >= 0 && off+length < size {
 		end = off + length
 	}
+	if s.patterned {
+		return io.NopCloser(io.LimitReader(&patternReader{key: key, off: off}, end-off)), nil
+	}
 	// Objects are immutable once stored, so sharing the slice is safe.
 	return io.NopCloser(bytes.NewReader(o.data[off:end])), nil
 }
 
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
-	data, err := s.body("put", key, r, size)
+	data, n, err := s.body("put", key, r, size)
 	if err != nil {
 		return store.Object{}, err
 	}
-	return s.store(key, data, meta), nil
+	return s.store(key, data, n, meta), nil
 }
 
 // body reads the size bytes of a put's body (any number when size < 0),
 // after the fault op may inject.
-func (s *Store) body(op, key string, r io.Reader, size int64) ([]byte, error) {
+func (s *Store) body(op, key string, r io.Reader, size int64) ([]byte, int64, error) {
 	if err := s.fail(op, key); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	data, err := io.ReadAll(r)
+	var data []byte
+	var n int64
+	var err error
+	if s.patterned {
+		n, err = checkPattern(key, 0, r)
+	} else {
+		data, err = io.ReadAll(r)
+		n = int64(len(data))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", op, key, err)
+		return nil, 0, fmt.Errorf("%s %q: %w", op, key, err)
 	}
-	if size >= 0 && int64(len(data)) != size {
-		return nil, fmt.Errorf("%s %q: read %d bytes, want %d: %w", op, key, len(data), size, store.ErrInvalid)
+	if size >= 0 && n != size {
+		return nil, 0, fmt.Errorf("%s %q: read %d bytes, want %d: %w", op, key, n, size, store.ErrInvalid)
 	}
-	return data, nil
+	return data, n, nil
 }
 
 func (s *Store) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (store.Object, error) {
-	data, err := s.body("put", key, r, size)
+	data, n, err := s.body("put", key, r, size)
 	if err != nil {
 		return store.Object{}, err
 	}
@@ -117,19 +130,24 @@ func (s *Store) PutIfMatch(ctx context.Context, key, etag string, r io.Reader, s
 	if o, ok := s.objects[key]; !ok || o.info.ETag != etag {
 		return store.Object{}, fmt.Errorf("put %q if it is version %s: %w", key, etag, store.ErrChanged)
 	}
-	return s.storeLocked(key, data, meta), nil
+	return s.storeLocked(key, data, n, meta), nil
 }
 
-func (s *Store) store(key string, data []byte, meta map[string]string) store.Object {
+func (s *Store) store(key string, data []byte, size int64, meta map[string]string) store.Object {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.storeLocked(key, data, meta)
+	return s.storeLocked(key, data, size, meta)
 }
 
-func (s *Store) storeLocked(key string, data []byte, meta map[string]string) store.Object {
+// storeLocked stores data, of size bytes, as key; a patterned store's
+// data is nil, its content the key's Pattern.
+func (s *Store) storeLocked(key string, data []byte, size int64, meta map[string]string) store.Object {
 	sum := md5.Sum(data)
+	if s.patterned {
+		sum = md5.Sum(fmt.Appendf(nil, "%s\x00%d", key, size))
+	}
 	o := &object{data: data, info: store.Object{
-		Key: key, Size: int64(len(data)), ETag: hex.EncodeToString(sum[:]),
+		Key: key, Size: size, ETag: hex.EncodeToString(sum[:]),
 		LastModified: time.Now(), Metadata: maps.Clone(meta),
 	}}
 	if o.info.Metadata == nil {
@@ -165,7 +183,10 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, meta map[str
 	if meta == nil {
 		meta = o.info.Metadata
 	}
-	return s.storeLocked(dst, o.data, meta), nil
+	if s.patterned && dst != src {
+		return store.Object{}, fmt.Errorf("copy %q to %q: a patterned object's bytes are its key's: %w", src, dst, store.ErrInvalid)
+	}
+	return s.storeLocked(dst, o.data, o.info.Size, meta), nil
 }
 
 func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
@@ -230,6 +251,7 @@ type upload struct {
 	meta  map[string]string
 	mu    sync.Mutex
 	parts map[int][]byte
+	sums  map[int]partSum // a patterned store's parts
 	done  bool
 }
 
@@ -237,7 +259,24 @@ func (u *upload) PutPart(ctx context.Context, number int, part io.ReaderAt, size
 	if err := u.s.fail("putpart", u.key); err != nil {
 		return err
 	}
-	data := make([]byte, size)
+	var data []byte
+	if u.s.patterned {
+		// Where the part goes is known once every part is in: until then
+		// its size and digest stand for it.
+		sum, err := digest(io.NewSectionReader(part, 0, size))
+		if err != nil {
+			return fmt.Errorf("put part %d of %q: %w", number, u.key, err)
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.sums == nil {
+			u.sums = map[int]partSum{}
+		}
+		u.sums[number] = partSum{size: size, sum: sum}
+		u.parts[number] = nil
+		return nil
+	}
+	data = make([]byte, size)
 	if n, err := part.ReadAt(data, 0); int64(n) < size {
 		return fmt.Errorf("put part %d of %q: read %d of %d bytes: %w", number, u.key, n, size, err)
 	}
@@ -258,17 +297,28 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 	defer u.mu.Unlock()
 	nums := slices.Sorted(maps.Keys(u.parts))
 	var data []byte
+	var size int64
 	for i, n := range nums {
+		partSize := int64(len(u.parts[n]))
+		if u.s.patterned {
+			partSize = u.sums[n].size
+		}
 		if n != i+1 {
 			return store.Object{}, fmt.Errorf("complete %q: part %d missing: %w", u.key, i+1, store.ErrInvalid)
 		}
-		if i < len(nums)-1 && len(u.parts[n]) < store.MinPartSize {
-			return store.Object{}, fmt.Errorf("complete %q: part %d is %d bytes: %w", u.key, n, len(u.parts[n]), store.ErrInvalid)
+		if i < len(nums)-1 && partSize < store.MinPartSize {
+			return store.Object{}, fmt.Errorf("complete %q: part %d is %d bytes: %w", u.key, n, partSize, store.ErrInvalid)
+		}
+		if u.s.patterned {
+			if want, _ := digest(io.LimitReader(&patternReader{key: u.key, off: size}, partSize)); want != u.sums[n].sum {
+				return store.Object{}, fmt.Errorf("complete %q: part %d at %d is not the key's pattern: %w", u.key, n, size, store.ErrInvalid)
+			}
 		}
 		data = append(data, u.parts[n]...)
+		size += partSize
 	}
 	u.done = true
-	return u.s.store(u.key, data, u.meta), nil
+	return u.s.store(u.key, data, size, u.meta), nil
 }
 
 func (u *upload) Abort(ctx context.Context) error {

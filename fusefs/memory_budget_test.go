@@ -1,0 +1,201 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
+)
+
+// budgetTest is the budget the workloads of TestTheMemoryBudgetHolds run
+// under: four parts of budgetPart.
+const (
+	budgetPart = 5 << 20
+	budgetTest = 4 * budgetPart
+)
+
+// TestTheMemoryBudgetHolds: a mount under a fixed budget (MemoryLimit)
+// runs the workloads that make S3 mounters grow until they are killed —
+// one long copy, many writers at once, many readers at once — and its
+// live heap never exceeds the budget plus what every mount holds whatever
+// it does (go-fuse's request buffers, the runtime's own). Writers wait
+// for uploads or go on on disk, readahead shrinks; every byte still
+// arrives. The store keeps no bytes (memstore.NewPatterned): a store in
+// the same heap holding what was written would hide what the mount holds.
+// (A huge listing, the issue's fourth workload, is not bounded yet.)
+func TestTheMemoryBudgetHolds(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector's instrumentation changes what the heap holds: `make unit` runs this test without it")
+	}
+	// Each of a workload's programs has its buffers (bufs[i]) before the
+	// heap is measured: they are the test's, not the mount's.
+	workloads := []struct {
+		name     string
+		programs int
+		prepare  func(t *testing.T, st store.Store)
+		run      func(t *testing.T, dir string, bufs []programBuffers)
+	}{
+		{"one long copy", 1, nil, func(t *testing.T, dir string, bufs []programBuffers) {
+			writePattern(t, dir, "copy", 256<<20, bufs[0])
+		}},
+		{"16 writers at once", 16, nil, func(t *testing.T, dir string, bufs []programBuffers) {
+			side(16, func(i int) { writePattern(t, dir, fmt.Sprintf("w%02d", i), 32<<20, bufs[i]) })
+		}},
+		{"8 readers at once", 8, func(t *testing.T, st store.Store) {
+			for i := range 8 {
+				putPattern(t, st, fmt.Sprintf("r%02d", i), 64<<20)
+			}
+		}, func(t *testing.T, dir string, bufs []programBuffers) {
+			side(8, func(i int) { readPattern(t, dir, fmt.Sprintf("r%02d", i), 64<<20, bufs[i]) })
+		}},
+	}
+	for _, w := range workloads {
+		t.Run(w.name, func(t *testing.T) {
+			st := memstore.NewPatterned()
+			if w.prepare != nil {
+				w.prepare(t, st)
+			}
+			f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: budgetTest, PartSize: budgetPart})
+			bufs := make([]programBuffers, w.programs)
+			for i := range bufs {
+				bufs[i] = programBuffers{make([]byte, 1<<20), make([]byte, 1<<20)}
+			}
+			peak := watchHeap(t, liveHeap())
+			w.run(t, dir, bufs)
+			runtime.KeepAlive(bufs)
+			got := peak()
+			// As checkHeldMemory: go-fuse's 1 MiB request buffer per
+			// reader (up to GOMAXPROCS, at most 16, and one more), and
+			// 16 MiB for the rest of what a mount holds; and the buffer
+			// of each program's request in flight, which a writer waiting
+			// for the budget holds (the kernel sends one WRITE per write
+			// call at a time).
+			slack := int64(16<<20 + (min(runtime.GOMAXPROCS(0), 16)+1+w.programs)<<20)
+			t.Logf("peak live heap above the idle mount's: %.1f MiB (budget %d MiB, slack %d MiB); %d buffer bytes held at the end, %d spills to disk",
+				float64(got)/(1<<20), budgetTest>>20, slack>>20, f.Stats().BufferBytes.Load(), f.Stats().MemorySpills.Load())
+			if got > budgetTest+slack {
+				t.Fatalf("the live heap grew by %.1f MiB, over the %d MiB budget and %d MiB slack", float64(got)/(1<<20), budgetTest>>20, slack>>20)
+			}
+		})
+	}
+}
+
+// watchHeap samples the live heap, less base, until the returned func is
+// called, which returns the largest sample (one more taken then). Each
+// sample collects garbage first: what is counted is what the mount holds,
+// not what the collector has yet to free.
+func watchHeap(t *testing.T, base int64) (peak func() int64) {
+	var top atomic.Int64
+	sample := func() { top.Store(max(top.Load(), liveHeap()-base)) }
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				sample()
+			}
+		}
+	}()
+	once := sync.OnceValue(func() int64 {
+		close(stop)
+		<-stopped
+		sample()
+		return top.Load()
+	})
+	t.Cleanup(func() { once() })
+	return once
+}
+
+// programBuffers are the two buffers one program of a workload uses.
+type programBuffers struct{ io, want []byte }
+
+// side runs n copies of work at once and waits for them.
+func side(n int, work func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// writePattern writes name's pattern, size bytes, in 1 MiB writes, and
+// closes it: the patterned store fails an upload of any other bytes.
+func writePattern(t *testing.T, dir, name string, size int64, bufs programBuffers) {
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	buf := bufs.io
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		memstore.Pattern(name, off, buf)
+		if _, err := f.Write(buf); err != nil {
+			t.Errorf("write %s at %d: %v", name, off, err)
+			return
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("close %s: %v", name, err)
+	}
+}
+
+// readPattern reads name whole through the mount, checking every byte.
+func readPattern(t *testing.T, dir, name string, size int64, bufs programBuffers) {
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	buf, want := bufs.io, bufs.want
+	var off int64
+	for {
+		n, err := io.ReadFull(f, buf)
+		memstore.Pattern(name, off, want[:n])
+		if !bytes.Equal(buf[:n], want[:n]) {
+			t.Errorf("read %s: the bytes at %d are not what was stored", name, off)
+			return
+		}
+		off += int64(n)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			t.Errorf("read %s at %d: %v", name, off, err)
+			return
+		}
+	}
+	if off != size {
+		t.Errorf("read %s: %d bytes, want %d", name, off, size)
+	}
+}
+
+// putPattern stores name's pattern, size bytes, straight in st.
+func putPattern(t *testing.T, st store.Store, name string, size int64) {
+	t.Helper()
+	r := io.LimitReader(memstore.PatternFrom(name, 0), size)
+	if _, err := st.Put(context.Background(), name, r, size, nil); err != nil {
+		t.Fatal(err)
+	}
+}
