@@ -18,6 +18,19 @@ func HoldsListing(f *FS, name string) bool {
 	return d.listCache != nil
 }
 
+// HoldsCompleteListing reports whether the directory name, in the root,
+// holds a listing the store's whole answer came into.
+func HoldsCompleteListing(f *FS, name string) bool {
+	ch := f.root.GetChild(name)
+	if ch == nil {
+		return false
+	}
+	d := ch.Operations().(*dirNode)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.listCache != nil && d.listCache.complete
+}
+
 // ClusterLookups is how many lookups by name make lookups cluster.
 const ClusterLookups = clusterLookups
 
