@@ -35,6 +35,10 @@ type Store struct {
 	FailWith func(op, key string) error
 	// patterned: objects are their Pattern, and no bytes are kept.
 	patterned bool
+	// sorted are the keys in order, nil once one is added or removed
+	// (List makes them again). Never changed in place: a listing under
+	// way goes on with the keys it began with.
+	sorted []string
 }
 
 // New returns an empty store.
@@ -153,6 +157,9 @@ func (s *Store) storeLocked(key string, data []byte, size int64, meta map[string
 	if o.info.Metadata == nil {
 		o.info.Metadata = map[string]string{}
 	}
+	if _, ok := s.objects[key]; !ok {
+		s.sorted = nil
+	}
 	s.objects[key] = o
 	return cloneInfo(o.info)
 }
@@ -162,7 +169,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	s.mu.Lock()
-	delete(s.objects, key)
+	if _, ok := s.objects[key]; ok {
+		delete(s.objects, key)
+		s.sorted = nil
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -189,34 +199,39 @@ func (s *Store) Copy(ctx context.Context, src, srcETag, dst string, meta map[str
 	return s.storeLocked(dst, o.data, o.info.Size, meta), nil
 }
 
+// List yields the entries as they are when each is reached, holding no
+// more than one at a time: a listing of a million keys costs the test's
+// heap no more than the keys do.
 func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive bool) iter.Seq2[store.Entry, error] {
 	return func(yield func(store.Entry, error) bool) {
 		if err := s.fail("list", prefix); err != nil {
 			yield(store.Entry{}, err)
 			return
 		}
-		s.mu.Lock()
-		var entries []store.Entry
-		seen := map[string]bool{}
-		for key, o := range s.objects {
-			if !strings.HasPrefix(key, prefix) {
-				continue
-			}
-			if !recursive {
-				if i := strings.IndexByte(key[len(prefix):], '/'); i >= 0 {
-					p := key[:len(prefix)+i+1]
-					if !seen[p] {
-						seen[p] = true
-						entries = append(entries, store.Entry{Prefix: p})
-					}
+		keys := s.sortedKeys()
+		i, _ := slices.BinarySearch(keys, max(prefix, startAfter))
+		rolledUp := "" // the prefix of the keys passed last, already handled
+		for ; i < len(keys) && strings.HasPrefix(keys[i], prefix); i++ {
+			key := keys[i]
+			var e store.Entry
+			if j := strings.IndexByte(key[len(prefix):], '/'); j >= 0 && !recursive {
+				// Keys with one prefix are next to one another in order.
+				if p := key[:len(prefix)+j+1]; p != rolledUp {
+					rolledUp, e = p, store.Entry{Prefix: p}
+				} else {
 					continue
 				}
+			} else {
+				s.mu.Lock()
+				o, ok := s.objects[key]
+				if ok {
+					e = store.Entry{Object: cloneInfo(o.info)}
+				}
+				s.mu.Unlock()
+				if !ok {
+					continue // deleted since the listing began
+				}
 			}
-			entries = append(entries, store.Entry{Object: cloneInfo(o.info)})
-		}
-		s.mu.Unlock()
-		slices.SortFunc(entries, func(a, b store.Entry) int { return strings.Compare(a.Name(), b.Name()) })
-		for _, e := range entries {
 			if e.Name() <= startAfter {
 				continue
 			}
@@ -231,6 +246,16 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, recursive b
 	}
 }
 
+// sortedKeys are the store's keys in order.
+func (s *Store) sortedKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sorted == nil {
+		s.sorted = slices.Sorted(maps.Keys(s.objects))
+	}
+	return s.sorted
+}
+
 func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]string) (store.Upload, error) {
 	if err := s.fail("newupload", key); err != nil {
 		return nil, err
@@ -239,11 +264,7 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 }
 
 // Keys returns every key in the store, sorted. For tests.
-func (s *Store) Keys() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Sorted(maps.Keys(s.objects))
-}
+func (s *Store) Keys() []string { return slices.Clone(s.sortedKeys()) }
 
 type upload struct {
 	s     *Store
