@@ -121,3 +121,35 @@ func (g *generatedTree) List(ctx context.Context, prefix, startAfter string, rec
 		}
 	}
 }
+
+// TestListingAHugeDirectoryMakesFewInodes: READDIRPLUS makes inodes of
+// the entries it lists only up to half the inode bound; past it the names
+// reach the kernel alone. Every name is still listed, and each still
+// answers a lookup.
+func TestListingAHugeDirectoryMakesFewInodes(t *testing.T) {
+	const entries, bound = 3000, 1000
+	st := memstore.New()
+	for i := range entries {
+		put(t, st, fmt.Sprintf("d/f%05d", i), nil)
+	}
+	fsys, dir := mountFSOf(t, st, fusefs.Options{MaxInodes: bound, StatTTL: time.Hour, ListTTL: time.Hour})
+	names, err := os.ReadDir(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != entries {
+		t.Fatalf("listed %d entries, want %d", len(names), entries)
+	}
+	// The directory, and half the bound made by READDIRPLUS (a page of
+	// entries may be looked up at once past it: go-fuse asks as it fills
+	// the kernel's buffer, one entry at a time, so not past it by more
+	// than one).
+	if held := fsys.Inodes(); held > bound/2+1 {
+		t.Fatalf("listing %d entries left %d inodes, want at most %d (half the bound)", entries, held, bound/2+1)
+	}
+	for _, e := range names[len(names)-10:] {
+		if _, err := os.Stat(filepath.Join(dir, "d", e.Name())); err != nil {
+			t.Fatalf("stat of a listed name: %v", err)
+		}
+	}
+}
