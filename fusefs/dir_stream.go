@@ -58,17 +58,15 @@ func (s *dirStream) start() {
 	n.mu.Lock()
 	if cached := n.freshListing(); cached != nil && cached.complete {
 		entries := make([]dirEntry, 0, len(cached.entries))
-		seen := make(map[string]bool, len(cached.entries))
 		for _, e := range cached.entries {
 			entries = append(entries, e)
-			seen[e.name] = true
 		}
 		n.mu.Unlock()
 		slices.SortFunc(entries, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 		for _, e := range entries {
 			s.entries = append(s.entries, n.direntOf(e))
 		}
-		s.entries = append(s.entries, n.localEntries(seen)...)
+		s.entries = append(s.entries, unlisted(n.localEntries(), s.entries)...)
 		s.done = true
 		return
 	}
@@ -101,7 +99,6 @@ func (s *dirStream) prefetchMetadata(ctx context.Context) {
 // directory's listing cache l as it arrives.
 func (s *dirStream) list(ctx context.Context, l *listing) {
 	n := s.n
-	seen := map[string]bool{}
 	// cache records e in l, unless this mount changed the name since the
 	// listing began; it reports whether readers should see e.
 	cache := func(e dirEntry) bool {
@@ -112,7 +109,7 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 			return exists
 		}
 		if n.listCache == l {
-			if len(l.entries) < maxCachedEntries {
+			if len(l.entries) < n.fsys.cachedEntries {
 				l.entries[e.name] = e
 				l.at = time.Now()
 			} else {
@@ -122,7 +119,6 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 		return true
 	}
 	err := n.listEach(ctx, func(e dirEntry) {
-		seen[e.name] = true
 		if cache(e) {
 			s.publish(n.direntOf(e))
 		}
@@ -140,13 +136,13 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 		}
 	}
 	n.mu.Unlock()
-	local := n.localEntries(seen)
+	local := n.localEntries()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.errno = errno(err)
 	} else {
-		s.entries = append(s.entries, local...)
+		s.entries = append(s.entries, unlisted(local, s.entries)...)
 	}
 	s.done = true
 	s.signal()
@@ -252,12 +248,34 @@ func (n *dirNode) direntOf(e dirEntry) fuse.DirEntry {
 }
 
 // localEntries are files created here whose first upload has not happened
-// yet, so no listing shows them (except those in seen).
-func (n *dirNode) localEntries(seen map[string]bool) []fuse.DirEntry {
+// yet, so that a listing may not show them.
+func (n *dirNode) localEntries() []fuse.DirEntry {
 	var out []fuse.DirEntry
 	for name, ch := range n.Children() {
-		if f, ok := ch.Operations().(*fileNode); ok && !seen[name] && f.isLocal() {
+		if f, ok := ch.Operations().(*fileNode); ok && f.isLocal() {
 			out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+		}
+	}
+	return out
+}
+
+// unlisted are the entries of local that listed lacks. Local files are
+// few, a listing may hold millions of names: the set is of the few.
+func unlisted(local, listed []fuse.DirEntry) []fuse.DirEntry {
+	if len(local) == 0 {
+		return nil
+	}
+	missing := make(map[string]bool, len(local))
+	for _, e := range local {
+		missing[e.Name] = true
+	}
+	for _, e := range listed {
+		delete(missing, e.Name)
+	}
+	var out []fuse.DirEntry
+	for _, e := range local {
+		if missing[e.Name] {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -72,6 +72,9 @@ type FS struct {
 	// clusterLimit bounds the names a listing started by clustered
 	// lookups keeps (see dirNode.clustering); tests lower it.
 	clusterLimit int
+	// cachedEntries bounds the names a directory's listing keeps for
+	// the lookups after it (cachedEntriesFor).
+	cachedEntries int
 	// listingsLackMetadata: a listing showed a file without its
 	// metadata, so lookups that cluster list nothing (dirNode.clustering).
 	listingsLackMetadata atomic.Bool
@@ -159,6 +162,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	f.stopping.init()
 	f.maxParts = store.MaxParts
 	f.clusterLimit = clusterLimit
+	f.cachedEntries = cachedEntriesFor(opts.MemoryLimit)
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true
 	}
