@@ -8,19 +8,18 @@ const NewNameStreak = newNameStreak
 // HoldsListing reports whether the directory name, in the root, holds a
 // listing.
 func HoldsListing(f *FS, name string) bool {
-	ch := f.root.GetChild(name)
-	if ch == nil {
-		return false
-	}
-	d := ch.Operations().(*dirNode)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.listCache != nil
+	return listingOf(f, name, func(l *listing) bool { return l != nil })
 }
 
 // HoldsCompleteListing reports whether the directory name, in the root,
 // holds a listing the store's whole answer came into.
 func HoldsCompleteListing(f *FS, name string) bool {
+	return listingOf(f, name, func(l *listing) bool { return l != nil && l.complete })
+}
+
+// listingOf asks is of the listing the directory name, in the root,
+// holds now, under the directory's lock.
+func listingOf(f *FS, name string, is func(*listing) bool) bool {
 	ch := f.root.GetChild(name)
 	if ch == nil {
 		return false
@@ -28,7 +27,7 @@ func HoldsCompleteListing(f *FS, name string) bool {
 	d := ch.Operations().(*dirNode)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.listCache != nil && d.listCache.complete
+	return is(d.listCache)
 }
 
 // ClusterLookups is how many lookups by name make lookups cluster.
