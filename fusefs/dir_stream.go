@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +31,9 @@ type dirStream struct {
 	cancel  context.CancelFunc
 	// lastCtx is the request that took the last entry.
 	lastCtx context.Context
+	// madeInodes counts the inodes READDIRPLUS made of entries of this
+	// listing (see Lookup).
+	madeInodes atomic.Int64
 }
 
 var (

@@ -153,3 +153,30 @@ func TestListingAHugeDirectoryMakesFewInodes(t *testing.T) {
 		}
 	}
 }
+
+// TestListingADirectoryTooLargeToKeepAsksNoHeads: past the names a
+// listing keeps, READDIRPLUS gives the kernel names alone rather than
+// looking each up by name, a HEAD apiece, inside the listing.
+func TestListingADirectoryTooLargeToKeepAsksNoHeads(t *testing.T) {
+	const entries = 25_000 // past the 20,000 a listing keeps at the least budget
+	mem := memstore.New()
+	for i := range entries {
+		put(t, mem, fmt.Sprintf("d/f%05d", i), nil)
+	}
+	st := &countingStore{Store: mem}
+	_, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: 10 << 20, PartSize: 5 << 20, StatTTL: time.Hour, ListTTL: time.Hour})
+	if _, err := os.Stat(filepath.Join(dir, "d")); err != nil {
+		t.Fatal(err)
+	}
+	st.heads.Store(0)
+	names, err := os.ReadDir(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != entries {
+		t.Fatalf("listed %d entries, want %d", len(names), entries)
+	}
+	if h := st.heads.Load(); h != 0 {
+		t.Fatalf("listing %d entries sent %d HEADs, want none", entries, h)
+	}
+}

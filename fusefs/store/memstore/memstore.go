@@ -290,6 +290,9 @@ func (u *upload) PutPart(ctx context.Context, number int, part io.ReaderAt, size
 		}
 		u.mu.Lock()
 		defer u.mu.Unlock()
+		if u.done {
+			return fmt.Errorf("put part %d of %q: upload finished: %w", number, u.key, store.ErrInvalid)
+		}
 		if u.sums == nil {
 			u.sums = map[int]partSum{}
 		}
