@@ -29,11 +29,20 @@ const plusShare = 0.5
 //     inside the READDIRPLUS.
 func (s *dirStream) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n := s.n
-	if n.GetChild(name) == nil {
-		if _, found, _ := n.cached(name); !found || s.madeInodes.Load() >= int64(float64(n.fsys.opts.MaxInodes)*plusShare) {
-			return nil, syscall.EAGAIN // go-fuse lists the name with node id 0
-		}
-		s.madeInodes.Add(1)
+	if n.GetChild(name) != nil {
+		return n.Lookup(ctx, name, out)
 	}
-	return n.Lookup(ctx, name, out)
+	// The entry is taken as the listing gives it now: asking again in
+	// n.Lookup could find the listing dropped meanwhile (it outgrew what
+	// a listing keeps) and ask the store.
+	e, found, known := n.cached(name)
+	if !found || s.madeInodes.Load() >= int64(float64(n.fsys.opts.MaxInodes)*plusShare) {
+		return nil, syscall.EAGAIN // go-fuse lists the name with node id 0
+	}
+	s.madeInodes.Add(1)
+	if !known { // listed without its metadata: the fetch dir_listmeta runs
+		return n.Lookup(ctx, name, out)
+	}
+	ch := n.childFor(ctx, e)
+	return ch, fillEntry(ctx, ch, out)
 }
