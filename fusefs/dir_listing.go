@@ -99,7 +99,7 @@ func (n *dirNode) dropWhenExpired(l *listing, d time.Duration) {
 // hides it; then shadowed is called with the directory.
 func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) error {
 	dirKey := n.key()
-	isDir := map[string]bool{} // the names emitted so far
+	var files fileWatch
 	for e, err := range n.fsys.store.List(ctx, dirKey, "", false) {
 		if err != nil {
 			return err
@@ -115,24 +115,81 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 			n.fsys.stats.HiddenKeys.Add(1)
 			continue
 		}
-		if wasDir, ok := isDir[name]; ok {
+		files.pass(e.Name()[len(dirKey):])
+		switch {
+		case isPrefix && files.listed(name):
 			n.fsys.stats.HiddenKeys.Add(1)
-			if isPrefix && !wasDir {
-				isDir[name] = true
-				shadowed(dirEntry{name: name, isDir: true})
-			}
-			continue
-		}
-		isDir[name] = isPrefix
-		if isPrefix {
+			shadowed(dirEntry{name: name, isDir: true})
+		case isPrefix:
 			emit(dirEntry{name: name, isDir: true})
-		} else {
+		default:
+			files.add(name)
 			emit(dirEntry{name: name, obj: e.Object})
 		}
 	}
 	// A listing stopped between pages ends without an error: it must not
 	// pass for a complete one.
 	return ctx.Err()
+}
+
+// listPageKeys is the most keys one page of a listing holds (S3's
+// MaxKeys), objects and prefixes together.
+const listPageKeys = 1000
+
+// fileWatch keeps the names of the files a listing has yielded while a
+// directory of the same name may still follow, so that listEach can tell
+// it is shadowed: only those, not every name of a directory of millions.
+// Keys come in order, so directory N ("N/") comes after file N and
+// before any key past "N/" of the next page; minio-go yields a page's
+// objects before its prefixes, so a key past "N/" may come first, but
+// never more than a page's keys before "N/". A file is forgotten once
+// listPageKeys keys have come after the first key past its directory's.
+type fileWatch struct {
+	names map[string]bool
+	// queue holds names' files in listing order (which is key order);
+	// passed of queue[:marked] is the count of keys at the first key
+	// past the file's directory.
+	queue  []watchedFile
+	marked int
+	keys   int
+}
+
+type watchedFile struct {
+	name   string
+	passed int
+}
+
+// pass counts key, relative to the directory, and forgets the files
+// whose directory can no longer come.
+func (w *fileWatch) pass(key string) {
+	w.keys++
+	for w.marked < len(w.queue) && w.queue[w.marked].name+"/" < key {
+		w.queue[w.marked].passed = w.keys
+		w.marked++
+	}
+	for w.marked > 0 && w.keys-w.queue[0].passed > listPageKeys {
+		delete(w.names, w.queue[0].name)
+		w.queue = w.queue[1:]
+		w.marked--
+	}
+}
+
+func (w *fileWatch) add(name string) {
+	if w.names == nil {
+		w.names = map[string]bool{}
+	}
+	w.names[name] = true
+	w.queue = append(w.queue, watchedFile{name: name})
+}
+
+// listed reports whether a file named name was listed (and is
+// forgotten now: a directory's name comes once).
+func (w *fileWatch) listed(name string) bool {
+	if !w.names[name] {
+		return false
+	}
+	delete(w.names, name)
+	return true
 }
 
 // cached answers a lookup from a fresh listing: the entry, or

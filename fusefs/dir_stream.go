@@ -17,24 +17,47 @@ import (
 // listing's pages arrive, so the kernel (and ls, which stats what it has
 // read) work on one page while the store prepares the next. A directory
 // listed less than ListTTL ago is served from that listing.
+//
+// It holds a window of the listing, not all of it: a directory of a
+// million names would otherwise keep them all while it is open. The
+// listing waits while it is streamAhead entries past the reader, and
+// entries more than streamBehind before the reader are dropped; a seek
+// back before them lists the directory again from its start.
 type dirStream struct {
 	n *dirNode
 
 	mu      sync.Mutex
 	started bool
-	entries []fuse.DirEntry
-	done    bool
-	errno   syscall.Errno
-	// changed is closed (and replaced) whenever entries grow or done is set.
+	// entries are the listing's entries from index base on; total is the
+	// index of the next entry to arrive (entries before base that a
+	// listing started again for a seek passes are not kept).
+	entries     []fuse.DirEntry
+	base, total int
+	done        bool
+	errno       syscall.Errno
+	// changed is closed (and replaced) whenever entries grow, done is
+	// set or the reader moves.
 	changed chan struct{}
 	idx     int
-	cancel  context.CancelFunc
+	// gen counts the listings started: a listing given up for a seek
+	// back publishes nothing more.
+	gen    int
+	cancel context.CancelFunc
 	// lastCtx is the request that took the last entry.
 	lastCtx context.Context
 	// madeInodes counts the inodes READDIRPLUS made of entries of this
 	// listing (see Lookup).
 	madeInodes atomic.Int64
 }
+
+// The window an open directory keeps of its listing (see dirStream): a
+// READDIRPLUS reply holds a few dozen entries, and the kernel asks again
+// from the first one a reader's buffer had no room for, so a seek back of
+// one reply stays inside it.
+const (
+	streamAhead  = 4096
+	streamBehind = 1024
+)
 
 var (
 	_ fs.FileReaddirenter = (*dirStream)(nil)
@@ -67,10 +90,14 @@ func (s *dirStream) start() {
 		}
 		n.mu.Unlock()
 		slices.SortFunc(entries, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
+		listed := make([]fuse.DirEntry, 0, len(entries))
 		for _, e := range entries {
-			s.entries = append(s.entries, n.direntOf(e))
+			listed = append(listed, n.direntOf(e))
 		}
-		s.entries = append(s.entries, unlisted(n.localEntries(), s.entries)...)
+		// A kept listing is small enough to hold whole.
+		for _, e := range append(listed, unlisted(n.localEntries(), listed)...) {
+			s.add(e)
+		}
 		s.done = true
 		return
 	}
@@ -79,18 +106,32 @@ func (s *dirStream) start() {
 	l := newArrivingListing()
 	n.listCache = l
 	n.mu.Unlock()
-	go s.list(ctx, l)
+	go s.list(ctx, l, s.gen)
+}
+
+// add records e, the listing's next entry, unless it lies before base
+// (passed again after a seek back). Hold s.mu.
+func (s *dirStream) add(e fuse.DirEntry) {
+	if s.total >= s.base {
+		s.entries = append(s.entries, e)
+	}
+	s.total++
 }
 
 // prefetchMetadata sends the HEADs of the files the listing shows without
 // metadata, in the order readers get them (see dir_listmeta.go).
 func (s *dirStream) prefetchMetadata(ctx context.Context) {
 	p := newMetaPrefetcher(s.n)
-	for i := 0; ; i++ {
+	for i := 0; ctx.Err() == nil; i++ {
 		ok, _ := s.waitFor(ctx, i)
+		if ok && i < s.base {
+			i = s.base - 1 // the reader passed it: on from the window
+			s.mu.Unlock()
+			continue
+		}
 		var name string
 		if ok {
-			name = s.entries[i].Name
+			name = s.entries[i-s.base].Name
 		}
 		s.mu.Unlock()
 		if !ok || !p.fetch(ctx, name) {
@@ -100,8 +141,9 @@ func (s *dirStream) prefetchMetadata(ctx context.Context) {
 }
 
 // list runs the listing, publishing each entry to readers and to the
-// directory's listing cache l as it arrives.
-func (s *dirStream) list(ctx context.Context, l *listing) {
+// directory's listing cache l as it arrives. gen is the listing's
+// generation (see dirStream.gen).
+func (s *dirStream) list(ctx context.Context, l *listing, gen int) {
 	n := s.n
 	// cache records e in l, unless this mount changed the name since the
 	// listing began; it reports whether readers should see e.
@@ -122,10 +164,18 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 		}
 		return true
 	}
+	// The names listed that were this mount's children (inodes: a
+	// bounded few): the files created here that the listing lacks are
+	// added at its end.
+	children := map[string]bool{}
 	err := n.listEach(ctx, func(e dirEntry) {
-		if cache(e) {
-			s.publish(n.direntOf(e))
+		if !cache(e) {
+			return
 		}
+		if n.GetChild(e.name) != nil {
+			children[e.name] = true
+		}
+		s.publish(ctx, gen, n.direntOf(e))
 	}, func(dir dirEntry) {
 		// Readers already have the file: lookups get the directory.
 		cache(dir)
@@ -140,38 +190,67 @@ func (s *dirStream) list(ctx context.Context, l *listing) {
 		}
 	}
 	n.mu.Unlock()
-	local := n.localEntries()
+	var missing []fuse.DirEntry
+	for _, e := range n.localEntries() {
+		if !children[e.Name] {
+			missing = append(missing, e)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if gen != s.gen {
+		return // given up for a seek back
+	}
 	if err != nil {
 		s.errno = errno(err)
 	} else {
-		s.entries = append(s.entries, unlisted(local, s.entries)...)
+		for _, e := range missing {
+			s.add(e)
+		}
 	}
 	s.done = true
 	s.signal()
 }
 
-func (s *dirStream) publish(e fuse.DirEntry) {
+// publish hands e to readers, once they are less than streamAhead
+// entries behind; a listing given up (gen is not the stream's) or ended
+// (ctx) publishes nothing.
+func (s *dirStream) publish(ctx context.Context, gen int, e fuse.DirEntry) {
 	s.mu.Lock()
-	s.entries = append(s.entries, e)
+	defer s.mu.Unlock()
+	for gen == s.gen && s.total-s.idx >= streamAhead {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if gen != s.gen {
+		return
+	}
+	s.add(e)
 	s.signal()
-	s.mu.Unlock()
 }
 
-// signal wakes readers waiting for entries. Hold s.mu.
+// signal wakes readers waiting for entries, and a listing waiting for
+// the reader. Hold s.mu.
 func (s *dirStream) signal() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-// waitFor blocks until entry i exists or the listing ended, and reports
-// whether it exists. Returns with s.mu held.
+// waitFor blocks until entry i has arrived or the listing ended, and
+// reports whether it arrived. Returns with s.mu held.
 func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 	s.mu.Lock()
 	s.start()
 	interrupted, gaveUp := ctx.Done(), (<-chan time.Time)(nil) // see patient
-	for i >= len(s.entries) && !s.done {
+	for i >= s.total && !s.done {
 		ch := s.changed
 		s.mu.Unlock()
 		select {
@@ -184,7 +263,7 @@ func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 		}
 		s.mu.Lock()
 	}
-	return i < len(s.entries), 0
+	return i < s.total, 0
 }
 
 // Readdirent is called by go-fuse for each entry of a READDIR(PLUS)
@@ -195,7 +274,7 @@ func (s *dirStream) waitFor(ctx context.Context, i int) (bool, syscall.Errno) {
 func (s *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	s.mu.Lock()
 	s.start()
-	if ctx == s.lastCtx && s.idx >= len(s.entries) && !s.done {
+	if ctx == s.lastCtx && s.idx >= s.total && !s.done {
 		s.mu.Unlock()
 		return nil, 0 // this request has entries: send them now
 	}
@@ -209,30 +288,66 @@ func (s *dirStream) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if !ok {
 		return nil, s.errno // the end, or where the listing failed
 	}
-	e := s.entries[s.idx]
-	s.idx++
+	if s.idx != idx {
+		return nil, 0 // a seek meanwhile: the kernel asks again
+	}
+	e := s.entries[idx-s.base]
+	s.moveTo(idx + 1)
 	e.Off = uint64(s.idx)
 	s.lastCtx = ctx
 	return &e, 0
 }
 
-func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if off > 0 {
-		ok, errno := s.waitFor(ctx, int(off)-1)
-		defer s.mu.Unlock()
-		if errno != 0 {
-			return errno
-		}
-		if !ok {
-			return syscall.EINVAL
-		}
-	} else {
-		s.mu.Lock()
-		s.start()
-		defer s.mu.Unlock()
+// moveTo moves the reader to entry idx, within the window, dropping the
+// entries it left more than streamBehind behind, and wakes a listing
+// waiting for room. Hold s.mu.
+func (s *dirStream) moveTo(idx int) {
+	s.idx = idx
+	if drop := min(idx-streamBehind-s.base, len(s.entries)); drop >= streamBehind {
+		// Moved down in place, a window's worth every streamBehind
+		// entries: the array stays the window's size.
+		kept := copy(s.entries, s.entries[drop:])
+		clear(s.entries[kept:])
+		s.entries = s.entries[:kept]
+		s.base += drop
 	}
-	s.idx = int(off)
+	s.signal()
+}
+
+func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	s.mu.Lock()
+	if int(off) < s.base {
+		s.restartAt(int(off))
+	}
+	s.start()
+	s.moveTo(int(off))
+	s.mu.Unlock()
+	if off == 0 {
+		return 0
+	}
+	ok, errno := s.waitFor(ctx, int(off)-1)
+	s.mu.Unlock()
+	if errno != 0 {
+		return errno
+	}
+	if !ok {
+		return syscall.EINVAL
+	}
 	return 0
+}
+
+// restartAt gives the listing up and starts it again (on the next read),
+// keeping its entries from off on: the window holds none before base, and
+// a directory can change between two listings, so this is as good as
+// seekdir gets past it. Hold s.mu.
+func (s *dirStream) restartAt(off int) {
+	s.cancel()
+	s.gen++
+	s.started, s.done, s.errno = false, false, 0
+	clear(s.entries)
+	s.entries, s.base, s.total, s.idx = s.entries[:0], off, 0, off
+	s.madeInodes.Store(0)
+	s.signal()
 }
 
 func (s *dirStream) Releasedir(ctx context.Context, releaseFlags uint32) {

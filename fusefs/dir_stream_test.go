@@ -1,7 +1,9 @@
 package fusefs_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -277,4 +281,96 @@ func listNames(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// TestSeekingBackPastTheWindow: an open directory keeps a window of its
+// listing, not all of it. A seek (seekdir, or the kernel asking again
+// from where a reader's buffer ran out) inside the window is served from
+// it; one back before it lists the directory again, and the reader gets
+// the same names from there on. (Each case reads on to the end.)
+func TestSeekingBackPastTheWindow(t *testing.T) {
+	const total = 12_000 // past the window: 4,096 ahead and up to 2,048 behind
+	mem := memstore.New()
+	for i := range total {
+		put(t, mem, fmt.Sprintf("big/f%05d", i), nil)
+	}
+	st := &countingStore{Store: mem}
+	dir := mountFS(t, st, fusefs.Options{ListTTL: time.Nanosecond})
+	fd, err := unix.Open(filepath.Join(dir, "big"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	all := readDirents(t, fd)
+	if len(all) != total {
+		t.Fatalf("listed %d entries, want %d", len(all), total)
+	}
+	for _, c := range []struct {
+		name   string
+		after  int // the entry whose offset is sought
+		relist bool
+	}{
+		{"inside the window", total - 100, false},
+		{"back past it", 10, true},
+		{"back a thousand", total - 1000, false},
+		{"to the start", -1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			off := int64(0)
+			if c.after >= 0 {
+				off = all[c.after].off
+			}
+			lists := st.lists.Load()
+			if _, err := unix.Seek(fd, off, io.SeekStart); err != nil {
+				t.Fatal(err)
+			}
+			got := readDirents(t, fd)
+			want := all[c.after+1:]
+			if len(got) != len(want) {
+				t.Fatalf("after seeking to %d: %d entries, want %d from %q", off, len(got), len(want), want[0].name)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("entry %d after the seek: %+v, want %+v", i, got[i], want[i])
+				}
+			}
+			if relisted := st.lists.Load() > lists; relisted != c.relist {
+				t.Errorf("listed again: %v, want %v", relisted, c.relist)
+			}
+		})
+	}
+}
+
+// dirent is a name getdents returned, with the offset that seeks past it.
+type dirent struct {
+	name string
+	off  int64
+}
+
+// readDirents reads fd's entries with getdents from where it stands to
+// its end, a small buffer at a time (as the kernel asks again from where
+// a reader's buffer ran out), without "." and "..".
+func readDirents(t *testing.T, fd int) []dirent {
+	t.Helper()
+	var out []dirent
+	buf := make([]byte, 2048)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatalf("getdents: %v", err)
+		}
+		if n == 0 {
+			return out
+		}
+		for b := buf[:n]; len(b) > 0; {
+			// struct linux_dirent64: ino, off, reclen, type, name.
+			off := int64(binary.NativeEndian.Uint64(b[8:16]))
+			reclen := binary.NativeEndian.Uint16(b[16:18])
+			name, _, _ := bytes.Cut(b[19:reclen], []byte{0})
+			if s := string(name); s != "." && s != ".." {
+				out = append(out, dirent{s, off})
+			}
+			b = b[reclen:]
+		}
+	}
 }
