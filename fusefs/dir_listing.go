@@ -259,7 +259,7 @@ const (
 // clustering says whether lookups cluster in the directory now (see
 // clusterLookups). Hold n.mu.
 func (n *dirNode) clustering() bool {
-	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow
+	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow && !n.peeksLocked()
 }
 
 // relist lists the directory again when its complete listing has expired

@@ -47,6 +47,9 @@ type dirNode struct {
 	// relistClustered: the listing relisting runs was started by
 	// clustered lookups (no lookup waits for it).
 	relistClustered bool
+	// reads counts lookups by name and the opens that followed them
+	// (see peeks).
+	reads lookupReads
 }
 
 // newNameStreak is how many lookups by name in a row must find nothing
@@ -213,6 +216,8 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			how = directoryWins
 		case n.expectNewName():
 			how = fileFirstAtOnce
+		case n.peeks():
+			how = fileFirstPeek
 		}
 		r, err := n.fsys.resolve(ctx, n.key()+name, how)
 		n.noteLookupByName(err)
@@ -220,6 +225,11 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return nil, errno(err)
 		}
 		e = dirEntry{name: name, isDir: r.isDir, obj: r.obj}
+		ch := n.childFor(ctx, e)
+		if f, ok := ch.Operations().(*fileNode); ok {
+			n.noteFound(f)
+		}
+		return ch, fillEntry(ctx, ch, out)
 	}
 	ch := n.childFor(ctx, e)
 	return ch, fillEntry(ctx, ch, out)

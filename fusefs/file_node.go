@@ -28,6 +28,9 @@ type fileNode struct {
 	// here whose first upload has not happened).
 	stored   bool
 	mtimeSet bool // mtime was set explicitly since the last upload
+	// foundAt is when a lookup by name found the file, until it is
+	// opened (see dirNode.peeks).
+	foundAt time.Time
 
 	opens, writers int
 	unlinked       bool
@@ -330,6 +333,9 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
+	}
+	if !writable {
+		n.noteOpenedForReading()
 	}
 	fh, fuseFlags := n.openHandle(flags)
 	return fh, fuseFlags, 0

@@ -133,6 +133,8 @@ type Stats struct {
 	// CopiedReplies are READs from pipes whose bytes came in too many
 	// pieces (small network packets) for a reply pipe, and were copied.
 	CopiedReplies atomic.Int64
+	// Peeks are lookups answered with a file's first bytes (peekHead).
+	Peeks atomic.Int64
 	// BytesFromCache were read from the read cache instead of S3.
 	BytesFromCache atomic.Int64
 	// BufferBytes is the memory held now in written data waiting for its
@@ -342,6 +344,9 @@ const (
 	// of a file costs one request. Only when there is no such object does
 	// a one-key LIST look for a directory.
 	fileFirst ask = iota
+	// fileFirstPeek is fileFirst with a peek for the HEAD: the file's
+	// first bytes come with its attributes (see peeks).
+	fileFirstPeek
 	// fileFirstAtOnce gives fileFirst's answer, with both requests sent at
 	// once: for a name likely new, whose HEAD will find nothing, it saves
 	// a round trip.
@@ -358,8 +363,8 @@ const (
 // resolve finds out what key is: a directory (a marker "key/" or any key
 // below "key/"), a file or symlink (an object "key"), or nothing.
 func (f *FS) resolve(ctx context.Context, key string, how ask) (resolved, error) {
-	if how == fileFirst {
-		head, err := f.store.Head(ctx, key)
+	if how == fileFirst || how == fileFirstPeek {
+		head, err := f.peekHead(ctx, key, how == fileFirstPeek)
 		if err == nil {
 			return resolved{obj: head}, nil
 		}

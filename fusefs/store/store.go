@@ -77,6 +77,16 @@ type Prober interface {
 	First(ctx context.Context, prefix string) (Entry, bool, error)
 }
 
+// Peeker is a Store that answers a HEAD with the object's first bytes in
+// the same request (a ranged GET): a lookup that a read will follow costs
+// one round trip instead of two.
+type Peeker interface {
+	// Peek returns what Head does of key, and its first bytes, up to
+	// length (fewer when the object is shorter), all of one version.
+	// ErrNotExist if absent.
+	Peek(ctx context.Context, key string, length int64) (Object, []byte, error)
+}
+
 // Splicer is a Store whose Get bodies are PipeSources: a plain-HTTP S3
 // endpoint, where a body's bytes sit in a socket the kernel can splice
 // from. Over TLS they must be decrypted in user space, so they cannot.

@@ -64,6 +64,26 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	return cloneInfo(o.info), nil
 }
 
+// Peek is Head with the object's first length bytes (store.Peeker).
+func (s *Store) Peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+	if err := s.fail("peek", key); err != nil {
+		return store.Object{}, nil, err
+	}
+	s.mu.Lock()
+	o, ok := s.objects[key]
+	s.mu.Unlock()
+	if !ok {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, store.ErrNotExist)
+	}
+	data := make([]byte, min(length, o.info.Size))
+	if s.patterned {
+		Pattern(key, 0, data)
+	} else {
+		copy(data, o.data) // immutable once stored
+	}
+	return cloneInfo(o.info), data, nil
+}
+
 func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
 	if err := s.fail("get", key); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -191,6 +192,46 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 		return store.Object{}, fmt.Errorf("head %q: %w", key, err)
 	}
 	return o, nil
+}
+
+// Peek is a HEAD that brings the object's first length bytes too, in one
+// ranged GET (store.Peeker). An empty object has no range to give: it is
+// asked for with a HEAD.
+func (s *Store) Peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(0, length-1); err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+	}
+	body, info, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	if minio.ToErrorResponse(err).Code == "InvalidRange" {
+		o, err := s.Head(ctx, key)
+		return o, nil, err
+	}
+	if err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, s.fail(err))
+	}
+	defer body.Close()
+	if cr := header.Get("Content-Range"); cr != "" {
+		// "bytes 0-N/SIZE": the object's size, not the range's.
+		if err := rangeStartsAt(0, cr); err != nil {
+			return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+		}
+		total, err := strconv.ParseInt(cr[strings.LastIndexByte(cr, '/')+1:], 10, 64)
+		if err != nil {
+			return store.Object{}, nil, fmt.Errorf("peek %q: the server's Content-Range %q gives no size", key, cr)
+		}
+		info.Size = total
+	}
+	info.Key = key
+	o, err := object(info, info.UserMetadata)
+	if err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+	}
+	data := make([]byte, min(length, o.Size))
+	if _, err := io.ReadFull(body, data); err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, s.fail(err))
+	}
+	return o, data, nil
 }
 
 func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {

@@ -1,0 +1,127 @@
+package fusefs
+
+import (
+	"context"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/store"
+)
+
+// A training job's data loader, a build reading sources, Python's
+// imports: each file is looked up by name and read at once, a HEAD and
+// then a GET, two round trips for a file one GET could bring. When the
+// files a directory's lookups find are opened for reading right after
+// (at least half of them, over the last clusterWindow or two), its
+// lookups by name peek instead: one ranged GET answers the lookup and
+// brings the file's first peekBytes, kept in the read cache under the
+// version's ETag, where the file's first READ finds them. A stat, ls or
+// find opens nothing, and keeps its HEAD. Lookups that peek do not
+// cluster (clustering): a listing would answer them without the bytes,
+// and each read would still need its GET.
+
+// peekBytes is what a peek brings of a file: the kernel's first READ of
+// it (its readahead starts at 128 KiB), so that a small file is read
+// whole without a request of its own.
+const peekBytes = 128 << 10
+
+// peekOpens is how many of the lookups that found a file must have been
+// followed by its open for reading, out of peekOpensOf.
+const peekOpens, peekOpensOf = 1, 2
+
+// lookupReads counts a directory's lookups by name and the opens for
+// reading that followed them, over the current clusterWindow and the one
+// before it.
+type lookupReads struct {
+	since                 time.Time
+	found, opened         int
+	lastFound, lastOpened int
+}
+
+// roll starts a new window when the current one is over. The counts of a
+// window that ended more than a window ago are of no use.
+func (r *lookupReads) roll(now time.Time) {
+	if passed := now.Sub(r.since); passed > clusterWindow {
+		r.lastFound, r.lastOpened = r.found, r.opened
+		if passed > 2*clusterWindow {
+			r.lastFound, r.lastOpened = 0, 0
+		}
+		r.found, r.opened, r.since = 0, 0, now
+	}
+}
+
+// peeking says whether lookups by name should peek now.
+func (r *lookupReads) peeking(now time.Time) bool {
+	r.roll(now)
+	found, opened := r.found+r.lastFound, r.opened+r.lastOpened
+	return found >= clusterLookups && opened*peekOpensOf >= found*peekOpens
+}
+
+// peeks says whether this directory's lookups by name peek now (see
+// lookupReads), on a store that can and a mount with a read cache to keep
+// the bytes.
+func (n *dirNode) peeks() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.peeksLocked()
+}
+
+// peeksLocked is peeks with n.mu held.
+func (n *dirNode) peeksLocked() bool {
+	if _, ok := n.fsys.store.(store.Peeker); !ok || n.fsys.cache == nil {
+		return false
+	}
+	return n.reads.peeking(time.Now())
+}
+
+// noteFound counts a lookup by name that found a file, which the file
+// remembers until it is opened (noteOpened).
+func (n *dirNode) noteFound(f *fileNode) {
+	now := time.Now()
+	n.mu.Lock()
+	n.reads.roll(now)
+	n.reads.found++
+	n.mu.Unlock()
+	f.mu.Lock()
+	f.foundAt = now
+	f.mu.Unlock()
+}
+
+// noteOpenedForReading counts the open of a file a lookup by name found
+// within clusterWindow, in its directory.
+func (f *fileNode) noteOpenedForReading() {
+	f.mu.Lock()
+	at := f.foundAt
+	f.foundAt = time.Time{}
+	f.mu.Unlock()
+	if at.IsZero() || time.Since(at) > clusterWindow {
+		return
+	}
+	_, p := f.Parent()
+	if p == nil {
+		return
+	}
+	if d, ok := p.Operations().(*dirNode); ok {
+		d.mu.Lock()
+		d.reads.roll(time.Now())
+		d.reads.opened++
+		d.mu.Unlock()
+	}
+}
+
+// peekHead is a lookup's HEAD of key, as a peek when peek is set and the
+// store can: its bytes go to the read cache.
+func (f *FS) peekHead(ctx context.Context, key string, peek bool) (store.Object, error) {
+	p, ok := f.store.(store.Peeker)
+	if !peek || !ok || f.cache == nil {
+		return f.store.Head(ctx, key)
+	}
+	o, data, err := p.Peek(ctx, key, peekBytes)
+	if err != nil {
+		return o, err
+	}
+	f.stats.Peeks.Add(1)
+	if len(data) > 0 {
+		f.cache.Store(key, o.ETag, o.Size, data, 0)
+	}
+	return o, nil
+}

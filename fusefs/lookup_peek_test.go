@@ -1,0 +1,86 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
+)
+
+// peekingStore counts a memory store's HEADs, peeks, GETs and LISTs, and
+// peeks as S3 does (store.Peeker).
+type peekingStore struct {
+	*memstore.Store
+	heads, peeks, gets, lists atomic.Int64
+}
+
+func (s *peekingStore) Head(ctx context.Context, key string) (store.Object, error) {
+	s.heads.Add(1)
+	return s.Store.Head(ctx, key)
+}
+
+func (s *peekingStore) Peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+	s.peeks.Add(1)
+	return s.Store.Peek(ctx, key, length)
+}
+
+func (s *peekingStore) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key, etag, off, length)
+}
+
+// TestLookupsThatReadsFollowPeek: files read as soon as they are looked
+// up (a data loader) come with their lookup, one request each, once a
+// few have shown the pattern: the lookup's peek brings the bytes that the
+// read then takes from the read cache, without a GET. Every byte read is
+// the file's. Files only stat'ed keep their HEAD: nothing is fetched for
+// a stat.
+func TestLookupsThatReadsFollowPeek(t *testing.T) {
+	const files, size = 200, 20 << 10
+	mem := memstore.New()
+	content := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
+	for i := range files {
+		put(t, mem, fmt.Sprintf("train/s%03d", i), content(i))
+		put(t, mem, fmt.Sprintf("other/s%03d", i), content(i))
+	}
+	st := &peekingStore{Store: mem}
+	fsys, dir := mountFSOf(t, st, fusefs.Options{ReadCacheSize: 8 << 20, StatTTL: time.Hour, ListTTL: time.Hour})
+
+	for i := range files {
+		if _, err := os.Stat(filepath.Join(dir, "other", fmt.Sprintf("s%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := st.peeks.Load(); p != 0 {
+		t.Fatalf("stat of %d files peeked %d times, want none", files, p)
+	}
+
+	st.heads.Store(0)
+	for i := range files {
+		got, err := os.ReadFile(filepath.Join(dir, "train", fmt.Sprintf("s%03d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, content(i)) {
+			t.Fatalf("s%03d: read %d bytes that are not the file's", i, len(got))
+		}
+	}
+	heads, peeks, gets := st.heads.Load(), st.peeks.Load(), st.gets.Load()
+	t.Logf("%d files looked up and read: %d HEADs, %d peeks, %d GETs; %d bytes from the read cache", files, heads, peeks, gets, fsys.Stats().BytesFromCache.Load())
+	// The first few lookups show the pattern; a listing may answer some.
+	if peeks < files*9/10 || heads+gets > files/10 {
+		t.Fatalf("%d files read after their lookups: %d peeks, %d HEADs, %d GETs; want a peek for almost each and almost no HEAD or GET", files, peeks, heads, gets)
+	}
+	if fsys.Stats().Peeks.Load() != peeks {
+		t.Errorf("Stats().Peeks %d, want %d", fsys.Stats().Peeks.Load(), peeks)
+	}
+}
