@@ -1,16 +1,20 @@
 package fusefs_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 )
 
@@ -82,5 +86,45 @@ func TestStreamGrowsItsPartsPastS3sPartCount(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// A file stored in parts has the mtime its upload began with (S3 fixes a
+// multipart upload's metadata then): the mount says that one once the
+// file is stored, not the time of its close, so that it does not change
+// when the file is looked up again, nor differ in a snapshot or on
+// another mount. The close is made to fall in a later second.
+func TestAFileStoredInPartsKeepsItsStoredMtime(t *testing.T) {
+	const part = 5 << 20
+	mem := memstore.New()
+	dir := mountFS(t, mem, fusefs.Options{PartSize: part})
+	f, err := os.Create(filepath.Join(dir, "large"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, part+1)
+	if _, err := f.Write(chunk); err != nil { // the first part is sent
+		t.Fatal(err)
+	}
+	for began := time.Now().Unix(); time.Now().Unix() == began; {
+		runtime.Gosched() // on to the next second
+	}
+	if _, err := f.Write(chunk); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "large"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := mem.Head(context.Background(), "large")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, stored := strconv.FormatInt(fi.ModTime().Unix(), 10), o.Metadata["mtime"]; got != stored {
+		t.Fatalf("the mount says mtime %s, the object holds %s", got, stored)
 	}
 }

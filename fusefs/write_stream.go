@@ -43,7 +43,10 @@ type stream struct {
 	// uploadKey is the key upload was started under: a rename since
 	// then moves the object once it is complete.
 	uploadKey string
-	part      int // parts sent
+	// uploadMeta is the metadata upload was started with: the object's,
+	// as S3 fixes a multipart upload's metadata when it begins.
+	uploadMeta map[string]string
+	part       int // parts sent
 
 	// spool holds the part being filled once parts outgrow PartSize (past
 	// nine tenths of S3's part count, see store.GrowingPartSize): a
@@ -238,7 +241,7 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 		if err != nil {
 			return err
 		}
-		s.upload, s.uploadKey = u, key
+		s.upload, s.uploadKey, s.uploadMeta = u, key, meta
 	}
 	p := &partUpload{done: make(chan struct{})}
 	var body io.ReaderAt

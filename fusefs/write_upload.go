@@ -73,6 +73,13 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		o, ferr := s.finish(ctx, meta)
 		if err = ferr; err == nil {
 			a.size, a.etag = o.Size, o.ETag
+			if t, ok := parseMtime(s.uploadMeta[metaMtime]); ok && !n.mtimeSet {
+				// Stored in parts: the object's mtime is the one its
+				// upload began with, not now. Said here as stored, the
+				// file keeps its mtime when it is next looked up, and
+				// in a snapshot or another mount.
+				a.mtime = t
+			}
 			if n.cachedETag == pagesLocal {
 				// The content is stored, no longer local: the pages
 				// are of the version it became. (Left at pagesLocal,
