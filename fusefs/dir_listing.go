@@ -100,6 +100,7 @@ func (n *dirNode) dropWhenExpired(l *listing, d time.Duration) {
 func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) error {
 	dirKey := n.key()
 	var files fileWatch
+	lastDir := ""
 	for e, err := range n.fsys.store.List(ctx, dirKey, "", false) {
 		if err != nil {
 			return err
@@ -117,10 +118,14 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 		}
 		files.pass(e.Name()[len(dirKey):])
 		switch {
+		case isPrefix && name == lastDir:
+			continue // a server that repeats a prefix on the next page
 		case isPrefix && files.listed(name):
+			lastDir = name
 			n.fsys.stats.HiddenKeys.Add(1)
 			shadowed(dirEntry{name: name, isDir: true})
 		case isPrefix:
+			lastDir = name
 			emit(dirEntry{name: name, isDir: true})
 		default:
 			files.add(name)
@@ -133,8 +138,9 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 }
 
 // listPageKeys is the most keys one page of a listing holds (S3's
-// MaxKeys), objects and prefixes together.
-const listPageKeys = 1000
+// MaxKeys, objects and prefixes together), four times over: a server
+// that counts a page's keys otherwise costs a few kilobytes more.
+const listPageKeys = 4 * 1000
 
 // fileWatch keeps the names of the files a listing has yielded while a
 // directory of the same name may still follow, so that listEach can tell

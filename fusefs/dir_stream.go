@@ -41,7 +41,9 @@ type dirStream struct {
 	idx     int
 	// gen counts the listings started: a listing given up for a seek
 	// back publishes nothing more.
-	gen    int
+	gen int
+	// held: the listing waits for the reader to move (publish).
+	held   bool
 	cancel context.CancelFunc
 	// lastCtx is the request that took the last entry.
 	lastCtx context.Context
@@ -164,16 +166,20 @@ func (s *dirStream) list(ctx context.Context, l *listing, gen int) {
 		}
 		return true
 	}
-	// The names listed that were this mount's children (inodes: a
-	// bounded few): the files created here that the listing lacks are
-	// added at its end.
-	children := map[string]bool{}
+	// The files created here and not stored yet when the listing began
+	// (a few), and which of them it showed: those it lacks and that are
+	// still not stored are added at its end. (Files created since may be
+	// left out, as POSIX allows.)
+	local := map[string]bool{}
+	for _, e := range n.localEntries() {
+		local[e.Name] = false
+	}
 	err := n.listEach(ctx, func(e dirEntry) {
 		if !cache(e) {
 			return
 		}
-		if n.GetChild(e.name) != nil {
-			children[e.name] = true
+		if _, ok := local[e.name]; ok {
+			local[e.name] = true
 		}
 		s.publish(ctx, gen, n.direntOf(e))
 	}, func(dir dirEntry) {
@@ -192,7 +198,7 @@ func (s *dirStream) list(ctx context.Context, l *listing, gen int) {
 	n.mu.Unlock()
 	var missing []fuse.DirEntry
 	for _, e := range n.localEntries() {
-		if !children[e.Name] {
+		if listed, ok := local[e.Name]; ok && !listed {
 			missing = append(missing, e)
 		}
 	}
@@ -220,12 +226,14 @@ func (s *dirStream) publish(ctx context.Context, gen int, e fuse.DirEntry) {
 	defer s.mu.Unlock()
 	for gen == s.gen && s.total-s.idx >= streamAhead {
 		ch := s.changed
+		s.held = true
 		s.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 		}
 		s.mu.Lock()
+		s.held = false
 		if ctx.Err() != nil {
 			return
 		}
@@ -311,13 +319,21 @@ func (s *dirStream) moveTo(idx int) {
 		s.entries = s.entries[:kept]
 		s.base += drop
 	}
-	s.signal()
+	if s.held {
+		s.signal()
+	}
 }
 
 func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	s.mu.Lock()
-	if int(off) < s.base {
+	switch {
+	case int(off) < s.base:
 		s.restartAt(int(off))
+	case int(off) > s.total:
+		// Past what has arrived: the window is kept from streamBehind
+		// before off on, not from where it was.
+		clear(s.entries)
+		s.entries, s.base = s.entries[:0], max(s.total, int(off)-streamBehind)
 	}
 	s.start()
 	s.moveTo(int(off))

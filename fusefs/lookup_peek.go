@@ -120,7 +120,8 @@ func (f *FS) peekHead(ctx context.Context, key string, peek bool) (store.Object,
 		return o, err
 	}
 	f.stats.Peeks.Add(1)
-	if len(data) > 0 {
+	if len(data) > 0 && o.ETag != "" {
+		// Under the version's ETag: never another version's bytes.
 		f.cache.Store(key, o.ETag, o.Size, data, 0)
 	}
 	return o, nil

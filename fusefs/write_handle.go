@@ -47,7 +47,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	if n.stream != nil {
-		k, err := n.stream.write(ctx, data, n.attr.metadata())
+		k, err := n.stream.write(ctx, data, n.streamMetaLocked())
 		switch _, full := noRoom(err); {
 		case errors.Is(err, errNoMemory):
 			if err := n.toStaging(ctx); err != nil {

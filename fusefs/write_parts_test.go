@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,38 +92,75 @@ func TestStreamGrowsItsPartsPastS3sPartCount(t *testing.T) {
 // multipart upload's metadata then): the mount says that one once the
 // file is stored, not the time of its close, so that it does not change
 // when the file is looked up again, nor differ in a snapshot or on
-// another mount. The close is made to fall in a later second.
+// another mount. The close is made to fall in a later second. A file
+// truncated and written anew has the time of its writing, not its old
+// version's; a mtime set while it streamed (cp -p sets it before its
+// close) is stored with it.
 func TestAFileStoredInPartsKeepsItsStoredMtime(t *testing.T) {
 	const part = 5 << 20
-	mem := memstore.New()
-	dir := mountFS(t, mem, fusefs.Options{PartSize: part})
-	f, err := os.Create(filepath.Join(dir, "large"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, part+1)
-	if _, err := f.Write(chunk); err != nil { // the first part is sent
-		t.Fatal(err)
-	}
-	for began := time.Now().Unix(); time.Now().Unix() == began; {
-		runtime.Gosched() // on to the next second
-	}
-	if _, err := f.Write(chunk); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(filepath.Join(dir, "large"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := mem.Head(context.Background(), "large")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, stored := strconv.FormatInt(fi.ModTime().Unix(), 10), o.Metadata["mtime"]; got != stored {
-		t.Fatalf("the mount says mtime %s, the object holds %s", got, stored)
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name     string
+		existing bool      // an older version is truncated (O_TRUNC)
+		setTo    time.Time // set between the parts, unless zero
+	}{
+		{"new", false, time.Time{}},
+		{"truncated", true, time.Time{}},
+		{"set while streamed", false, old},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := memstore.New()
+			dir := mountFS(t, mem, fusefs.Options{PartSize: part})
+			path := filepath.Join(dir, "large")
+			if c.existing {
+				if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chtimes(path, old, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			began := time.Now().Unix()
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			chunk := make([]byte, part+1)
+			if _, err := f.Write(chunk); err != nil { // the first part is sent
+				t.Fatal(err)
+			}
+			// The close falls in a later second than the first part.
+			time.Sleep(time.Until(time.Unix(time.Now().Unix()+1, 0)))
+			if !c.setTo.IsZero() {
+				if err := os.Chtimes(path, c.setTo, c.setTo); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := mem.Head(context.Background(), "large")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := fi.ModTime().Unix()
+			if stored := o.Metadata["mtime"]; strconv.FormatInt(got, 10) != stored {
+				t.Fatalf("the mount says mtime %d, the object holds %s", got, stored)
+			}
+			switch {
+			case !c.setTo.IsZero() && got != c.setTo.Unix():
+				t.Fatalf("mtime %d, want the one set while the file streamed, %d", got, c.setTo.Unix())
+			case c.setTo.IsZero() && got < began:
+				t.Fatalf("mtime %d, before the file was written (%d)", got, began)
+			}
+		})
 	}
 }

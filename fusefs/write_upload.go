@@ -2,10 +2,14 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/objfuse/objfuse/fusefs/store"
 )
 
 func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
@@ -71,15 +75,11 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		s := n.stream
 		n.stream = nil
 		o, ferr := s.finish(ctx, meta)
+		if ferr == nil && s.uploadMeta != nil {
+			o, ferr = n.settleStreamedMetaLocked(ctx, key, o, s.uploadMeta, &a)
+		}
 		if err = ferr; err == nil {
 			a.size, a.etag = o.Size, o.ETag
-			if t, ok := parseMtime(s.uploadMeta[metaMtime]); ok && !n.mtimeSet {
-				// Stored in parts: the object's mtime is the one its
-				// upload began with, not now. Said here as stored, the
-				// file keeps its mtime when it is next looked up, and
-				// in a snapshot or another mount.
-				a.mtime = t
-			}
 			if n.cachedETag == pagesLocal {
 				// The content is stored, no longer local: the pages
 				// are of the version it became. (Left at pagesLocal,
@@ -123,6 +123,39 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	n.upload.settled()
 	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 	return 0
+}
+
+// streamMetaLocked is the metadata a stream's upload begins with: the
+// file's attributes, written now.
+func (n *fileNode) streamMetaLocked() map[string]string {
+	a := n.attr
+	if !n.mtimeSet {
+		a.mtime = time.Now()
+	}
+	return a.metadata()
+}
+
+// settleStreamedMetaLocked makes a, the attributes of a file just stored
+// in parts (object o at key), those the object has. S3 fixes a multipart
+// upload's metadata when it begins: its mtime, that of the first part,
+// stands as the file's, so that it stays the same when the file is next
+// looked up, on other mounts and in snapshots. An mtime, mode or owner
+// set while the file streamed is stored by copying the object onto
+// itself with it, as a chmod of a stored file is.
+func (n *fileNode) settleStreamedMetaLocked(ctx context.Context, key string, o store.Object, began map[string]string, a *attrs) (store.Object, error) {
+	if t, ok := parseMtime(began[metaMtime]); ok && !n.mtimeSet {
+		a.mtime = t
+	}
+	final := a.metadata()
+	if maps.Equal(final, began) {
+		return o, nil
+	}
+	c, err := n.fsys.store.Copy(ctx, key, o.ETag, key, final)
+	if err != nil {
+		return o, fmt.Errorf("store the attributes set while %q was written: %w", key, err)
+	}
+	o.ETag = c.ETag
+	return o, nil
 }
 
 // release ends one open. The last close drops local content: anything not

@@ -195,41 +195,53 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 }
 
 // Peek is a HEAD that brings the object's first length bytes too, in one
-// ranged GET (store.Peeker). An empty object has no range to give: it is
-// asked for with a HEAD.
+// ranged GET (store.Peeker). Where the GET cannot answer as the HEAD
+// would (an empty object has no range to give; an archived object or
+// one whose key the mount may not decrypt with refuses its bytes, not
+// its attributes; an answer without a size), the object is asked for
+// with a HEAD.
 func (s *Store) Peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+	o, data, err := s.peek(ctx, key, length)
+	if err == nil || errors.Is(err, store.ErrNotExist) || ctx.Err() != nil {
+		return o, data, err
+	}
+	o, err = s.Head(ctx, key)
+	return o, nil, err
+}
+
+func (s *Store) peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
 	var opts minio.GetObjectOptions
 	if err := opts.SetRange(0, length-1); err != nil {
 		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
 	}
 	body, info, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
-	if minio.ToErrorResponse(err).Code == "InvalidRange" {
-		o, err := s.Head(ctx, key)
-		return o, nil, err
-	}
 	if err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, s.fail(err))
+		if code := minio.ToErrorResponse(err).Code; code == "NoSuchKey" {
+			return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, store.ErrNotExist)
+		}
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
 	}
 	defer body.Close()
-	if cr := header.Get("Content-Range"); cr != "" {
-		// "bytes 0-N/SIZE": the object's size, not the range's.
-		if err := rangeStartsAt(0, cr); err != nil {
-			return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
-		}
-		total, err := strconv.ParseInt(cr[strings.LastIndexByte(cr, '/')+1:], 10, 64)
-		if err != nil {
-			return store.Object{}, nil, fmt.Errorf("peek %q: the server's Content-Range %q gives no size", key, cr)
-		}
-		info.Size = total
+	cr := header.Get("Content-Range")
+	if cr == "" {
+		return store.Object{}, nil, fmt.Errorf("peek %q: the server answered the range with the whole object", key)
 	}
-	info.Key = key
+	// "bytes 0-N/SIZE": the object's size, not the range's.
+	if err := rangeStartsAt(0, cr); err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+	}
+	total, err := strconv.ParseInt(cr[strings.LastIndexByte(cr, '/')+1:], 10, 64)
+	if err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: the server's Content-Range %q gives no size", key, cr)
+	}
+	info.Key, info.Size = key, total
 	o, err := object(info, info.UserMetadata)
 	if err != nil {
 		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
 	}
 	data := make([]byte, min(length, o.Size))
 	if _, err := io.ReadFull(body, data); err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, s.fail(err))
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
 	}
 	return o, data, nil
 }
