@@ -159,13 +159,27 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 	defer cancel()
 	var rep handoff.Reply
 	var lastErr error
+	var failed string
+	checkPodAt := time.Now().Add(time.Second)
 	up := waitFor(wctx, 200*time.Millisecond, func() bool {
 		cctx, cancel := context.WithTimeout(wctx, 3*time.Second)
 		defer cancel()
 		rep, lastErr = handoff.Call(cctx, socket, handoff.Request{Op: handoff.OpStatus}, -1)
-		return lastErr == nil
+		if lastErr == nil {
+			return true
+		}
+		// Attached once its container runs, a mounter may still exit
+		// (keys S3 refuses): say why at once, not after the wait.
+		if time.Now().After(checkPodAt) {
+			checkPodAt = time.Now().Add(time.Second)
+			failed = n.mounterFailure(wctx, st)
+		}
+		return failed != ""
 	})
-	if !up {
+	switch {
+	case failed != "":
+		return status.Errorf(codes.FailedPrecondition, "volume %s: %s", st.VolumeID, failed)
+	case !up:
 		return status.Errorf(codes.Unavailable, "volume %s: the mounter does not answer at %s: %v", st.VolumeID, socket, lastErr)
 	}
 	if want := strings.TrimPrefix(st.Source, "objfuse:"); strings.TrimSuffix(strings.TrimPrefix(rep.Source, "objfuse:"), "/") != want {
@@ -246,4 +260,17 @@ func (n *nodeServer) unstage(ctx context.Context, volumeID, staging string) erro
 	n.state.setMode(volumeID, "")
 	n.log.Info("unstaged", "volume", volumeID)
 	return nil
+}
+
+// mounterFailure says why st's mounter pod cannot serve (lifecycle's
+// reasons), "" while it may yet or when the node cannot read pods.
+func (n *nodeServer) mounterFailure(ctx context.Context, st *stagedVolume) string {
+	if n.finder == nil {
+		return ""
+	}
+	why, err := n.finder.Failure(ctx, st.mounter(n.nodeID), st.MounterUID)
+	if err != nil {
+		n.log.Warn("read the mounter pod", "volume", st.VolumeID, "err", err)
+	}
+	return why
 }

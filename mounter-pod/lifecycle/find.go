@@ -77,3 +77,17 @@ func alive(pod *corev1.Pod) bool {
 	finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	return pod.DeletionTimestamp == nil && !finished
 }
+
+// Failure says why the mounter pod of uid cannot serve until a person
+// changes something, as Launch would say it: "" while it still may (or
+// when m's pod is another one now, which the repair finds).
+func (f Finder) Failure(ctx context.Context, m spec.Mounter, uid string) (string, error) {
+	pod, err := f.pod(ctx, m)
+	if err != nil || pod == nil || string(pod.UID) != uid {
+		return "", err
+	}
+	if reason, failed := failure(pod); failed {
+		return fmt.Sprintf("mounter pod %s/%s: %s", pod.Namespace, pod.Name, reason), nil
+	}
+	return "", nil
+}

@@ -148,6 +148,23 @@ func envOf(c corev1.Container, name string) string {
 	return ""
 }
 
+// Launch returns once the mounter's container runs, before its readiness
+// probe has passed (NodeStageVolume waits for its socket): kubelet asks
+// whether a volume is attached with back-off, so every second Launch
+// waits more can cost a pod start two.
+func TestKubeLaunchReturnsOnceTheMounterRuns(t *testing.T) {
+	k, kc := kubeLauncher(t)
+	m := testMounter()
+	setStatus(t, kc, m.PodName(), corev1.PodStatus{Phase: corev1.PodRunning,
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: spec.Container, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+	})
+	uid, err := k.Launch(context.Background(), m, map[string][]byte{"accessKeyID": []byte("a"), "secretAccessKey": []byte("b")})
+	if err != nil || uid != "11111111-2222-3333-4444-555555555555" {
+		t.Fatalf("launch of a running, not yet ready mounter: %q, %v", uid, err)
+	}
+}
+
 // Why a mounter is not ready reaches the caller: the scheduler's reason
 // for a Pending pod, a crashed mounter's termination message.
 func TestKubeLaunchReasons(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 )
 
 // Launch starts m's mounter pod with creds in its Secret, or adopts the
-// live one, and waits until it is ready.
+// live one, and waits until it runs (see waitStarted).
 func (k *Kube) Launch(ctx context.Context, m spec.Mounter, creds map[string][]byte) (string, error) {
 	defer k.lock(m)()
 	return k.launch(ctx, m, creds)
@@ -51,7 +51,7 @@ func (k *Kube) launch(ctx context.Context, m spec.Mounter, creds map[string][]by
 	if err := k.ensureSecret(ctx, m.Secret(pod, creds)); err != nil {
 		return "", err
 	}
-	return k.waitReady(ctx, pod)
+	return k.waitStarted(ctx, pod)
 }
 
 // ensurePod creates the pod, or adopts a live one of the same name. A pod
@@ -110,21 +110,28 @@ func (k *Kube) ensureSecret(ctx context.Context, want *corev1.Secret) error {
 	return nil
 }
 
-// waitReady waits until pod is ready and returns its UID, or returns the
-// reason it will not be: a failed container's termination message, an
-// image that cannot be pulled, or why the scheduler keeps it Pending.
-func (k *Kube) waitReady(ctx context.Context, pod *corev1.Pod) (string, error) {
+// waitStarted waits until pod's mounter container runs and returns the
+// pod's UID, or returns the reason it will not: a failed container's
+// termination message, an image that cannot be pulled, or why the
+// scheduler keeps it Pending.
+//
+// It does not wait for the readiness probe. NodeStageVolume waits for the
+// mounter's socket itself (and reads the pod for a crash's reason), while
+// kubelet learns that a volume is attached by asking again with back-off
+// (after 0.5 s, then doubling): an attach held up to the probe's next
+// period, 2 s later, cost pod starts 2 to 4 s more.
+func (k *Kube) waitStarted(ctx context.Context, pod *corev1.Pod) (string, error) {
 	timeout := k.ReadyTimeout
 	deadline := time.Now().Add(timeout)
 	for {
-		if ready(pod) {
+		if started(pod) {
 			return string(pod.UID), nil
 		}
 		if reason, failed := failure(pod); failed {
 			return "", fmt.Errorf("%w: mounter pod %s/%s: %s", ErrFailed, pod.Namespace, pod.Name, reason)
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("%w: mounter pod %s/%s not ready after %s: %s", ErrNotReady, pod.Namespace, pod.Name, timeout, pending(pod))
+			return "", fmt.Errorf("%w: mounter pod %s/%s not running after %s: %s", ErrNotReady, pod.Namespace, pod.Name, timeout, pending(pod))
 		}
 		select {
 		case <-ctx.Done():
@@ -139,10 +146,17 @@ func (k *Kube) waitReady(ctx context.Context, pod *corev1.Pod) (string, error) {
 	}
 }
 
-func ready(pod *corev1.Pod) bool {
+// started says whether pod's mounter container runs (or the pod is
+// ready, which it is only then).
+func started(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == spec.Container && cs.State.Running != nil {
+			return true
 		}
 	}
 	return false
@@ -193,7 +207,7 @@ func pending(pod *corev1.Pod) string {
 			return fmt.Sprintf("container waiting: %s: %s", w.Reason, w.Message)
 		}
 	}
-	return fmt.Sprintf("phase %s, not ready", pod.Status.Phase)
+	return fmt.Sprintf("phase %s, not running", pod.Status.Phase)
 }
 
 // ErrRefused: the namespace's ResourceQuota or LimitRange refuses the

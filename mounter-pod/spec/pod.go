@@ -188,9 +188,12 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 				Env:             env,
 				Resources:       res,
 				// No liveness probe: restarting a mounter breaks its mounts.
+				// Readiness is for people (kubectl get pods): nothing
+				// waits on it, so it is asked seldom: each probe costs
+				// the node a runc exec and a process, for every mounter.
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/objfuse-mount", "--probe", SocketPath}}},
-					PeriodSeconds:    2,
+					PeriodSeconds:    10,
 					TimeoutSeconds:   5,
 					FailureThreshold: 3,
 				},
