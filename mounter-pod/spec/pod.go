@@ -100,7 +100,8 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 		return nil, err
 	}
 	env := []corev1.EnvVar{}
-	if mem, ok := res.Limits[corev1.ResourceMemory]; ok {
+	mem, memLimited := res.Limits[corev1.ResourceMemory]
+	if memLimited {
 		// Let the Go GC work harder before the kernel's OOM killer would.
 		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()*9/10, 10)})
 	}
@@ -121,6 +122,9 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 	}
 	args := m.Args(SocketPath, CredentialsDir, StagingDir)
 	args = BeforeSource(args, "--drain-timeout="+drainTimeout(*grace).String())
+	if memLimited {
+		args = BeforeSource(args, memoryFlags(mem.Value()>>20, m.Volume.Mount)...)
+	}
 	if m.ForPod != "" {
 		// Released, an inline volume's mounter is done: its pod is.
 		args = BeforeSource(args, "--exit-when-released")

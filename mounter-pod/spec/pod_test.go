@@ -132,6 +132,68 @@ func TestMounterStagingLimit(t *testing.T) {
 	}
 }
 
+// A mounter pod's memory limit bounds what objfuse-mount keeps: the Go
+// runtime's share (48 MiB) comes off, the budget for written data,
+// readahead and listings is objfuse-mount's default or half of the rest,
+// and the inodes the kernel keeps looked up get what remains (2 KiB
+// each); a volume's own memoryLimitMiB is kept as it is.
+func TestMounterMemoryShare(t *testing.T) {
+	tests := []struct {
+		name         string
+		limit        string // the pod's memory limit, "" for none
+		mount        volume.MountOptions
+		budget       string // the --memory-limit-mib flag, "" for none
+		inodes       string // the --max-inodes flag, "" for none
+		volumeBudget string // the volume's own --memory-limit-mib, passed on
+	}{
+		{name: "no limit: objfuse-mount's defaults", limit: ""},
+		{name: "the default 256Mi", limit: "256Mi", budget: "--memory-limit-mib=64", inodes: "--max-inodes=73728"},
+		{name: "128Mi: half of what the runtime leaves", limit: "128Mi", budget: "--memory-limit-mib=40", inodes: "--max-inodes=20480"},
+		{name: "1Gi: the default budget, many inodes", limit: "1Gi", budget: "--memory-limit-mib=64", inodes: "--max-inodes=466944"},
+		{name: "two parts at least", limit: "96Mi", mount: volume.MountOptions{volume.ParamPartSizeMiB: "16"}, budget: "--memory-limit-mib=32", inodes: "--max-inodes=8192"},
+		{name: "the volume's own budget, too large for the pod", limit: "64Mi", mount: volume.MountOptions{volume.ParamMemoryLimitMiB: "1024"}, inodes: "--max-inodes=1000", volumeBudget: "--memory-limit-mib=1024"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := spec.Mounter{VolumeID: "v", NodeID: "n", Volume: volume.Volume{
+				ID:    volume.ID{S3: volume.S3{Endpoint: "http://s3:9000", Region: "us-east-1"}, Bucket: "bucket-1"},
+				Mount: tc.mount,
+			}}
+			tmpl := spec.Template{Image: "i"}
+			if tc.limit != "" {
+				tmpl.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(tc.limit)}
+			}
+			pod, err := tmpl.Pod(m, "ns", "host")
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := pod.Spec.Containers[0].Args
+			var budgets []string
+			inodes := ""
+			for _, a := range args {
+				if strings.HasPrefix(a, "--memory-limit-mib=") {
+					budgets = append(budgets, a)
+				}
+				if strings.HasPrefix(a, "--max-inodes=") {
+					inodes = a
+				}
+			}
+			want := []string{}
+			for _, b := range []string{tc.volumeBudget, tc.budget} {
+				if b != "" {
+					want = append(want, b)
+				}
+			}
+			if strings.Join(budgets, " ") != strings.Join(want, " ") || inodes != tc.inodes {
+				t.Fatalf("memory flags %q %q, want %q %q (args %q)", budgets, inodes, want, tc.inodes, args)
+			}
+			if last := args[len(args)-1]; last != m.Volume.Source() {
+				t.Errorf("last argument %q, want the source %q", last, m.Volume.Source())
+			}
+		})
+	}
+}
+
 // TestMounterDrainTimeout: a deleted mounter's pending uploads get the
 // pod's grace period less the time to report what they could not upload.
 func TestMounterDrainTimeout(t *testing.T) {
