@@ -178,7 +178,10 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 	})
 	switch {
 	case failed != "":
-		return status.Errorf(codes.FailedPrecondition, "volume %s: %s", st.VolumeID, failed)
+		// Unavailable, not FailedPrecondition: kubelet takes the latter
+		// as final and would never unstage what this stage saved, and
+		// the pod may yet come up (a restart kubelet reports late).
+		return status.Errorf(codes.Unavailable, "volume %s: %s", st.VolumeID, failed)
 	case !up:
 		return status.Errorf(codes.Unavailable, "volume %s: the mounter does not answer at %s: %v", st.VolumeID, socket, lastErr)
 	}
@@ -270,7 +273,7 @@ func (n *nodeServer) mounterFailure(ctx context.Context, st *stagedVolume) strin
 	}
 	why, err := n.finder.Failure(ctx, st.mounter(n.nodeID), st.MounterUID)
 	if err != nil {
-		n.log.Warn("read the mounter pod", "volume", st.VolumeID, "err", err)
+		n.log.Debug("read the mounter pod", "volume", st.VolumeID, "err", err)
 	}
 	return why
 }

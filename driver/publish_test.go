@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/objfuse/objfuse/driver"
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
 	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
@@ -72,35 +73,51 @@ func TestPublishReportsPendingMounter(t *testing.T) {
 
 // ControllerPublishVolume returns once the mounter's container runs, so a
 // mounter that then exits (keys S3 refuses) is NodeStageVolume's to
-// report: with the pod's reason, at once, not after the socket wait.
+// report: with the pod's reason, at once, not after the socket wait. A
+// mounter that exited having handed its connection over (an upgrade) is
+// not one: the stage waits for its successor.
 func TestStageSaysWhyItsMounterExited(t *testing.T) {
 	const volID, uid = "objfuse1|http://s3:9000|us-east-1|true|pvc-1|", "11111111-2222-3333-4444-555555555555"
 	m := spec.MounterIn(volID, "node-a", "")
-	kc := fake.NewSimpleClientset(&corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: uid, Annotations: map[string]string{spec.AnnotationVolume: volID}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
-			Name:                 spec.Container,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "http://s3:9000 does not know the access key (InvalidAccessKeyId)"}},
-		}}},
+	stage := func(t *testing.T, lastExit *corev1.ContainerStateTerminated, wait time.Duration) (*status.Status, time.Duration) {
+		kc := fake.NewSimpleClientset(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: uid, Annotations: map[string]string{spec.AnnotationVolume: volID}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+				Name:                 spec.Container,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+				LastTerminationState: corev1.ContainerState{Terminated: lastExit},
+			}}},
+		})
+		dir := t.TempDir()
+		d, err := driver.New(driver.Options{Mode: driver.ModeNode, NodeID: "node-a", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"),
+			Mounts: &mounts.Fake{}, KubeClient: kc, Namespace: "objfuse-system", MounterWait: wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = driver.Node(d).NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+			VolumeId: volID, StagingTargetPath: filepath.Join(dir, "staging"), VolumeCapability: mountCap()[0],
+			PublishContext: map[string]string{driver.PublishContextMounterUID: uid},
+		})
+		return status.Convert(err), time.Since(start)
+	}
+	t.Run("keys S3 refuses", func(t *testing.T) {
+		const wait = 20 * time.Second
+		s, took := stage(t, &corev1.ContainerStateTerminated{ExitCode: 1, Message: "http://s3:9000 does not know the access key (InvalidAccessKeyId)"}, wait)
+		// Unavailable, not FailedPrecondition: kubelet retries it, and
+		// unstages what a final error would leave behind.
+		if s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "InvalidAccessKeyId") || !strings.Contains(s.Message(), m.PodName()) {
+			t.Fatalf("stage with a mounter that exited: %v %q, want Unavailable naming its pod and why", s.Code(), s.Message())
+		}
+		if took >= wait {
+			t.Fatalf("stage told why after %v, the whole socket wait", took)
+		}
 	})
-	dir := t.TempDir()
-	const wait = 20 * time.Second
-	d, err := driver.New(driver.Options{Mode: driver.ModeNode, NodeID: "node-a", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"),
-		Mounts: &mounts.Fake{}, KubeClient: kc, Namespace: "objfuse-system", MounterWait: wait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	_, err = driver.Node(d).NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
-		VolumeId: volID, StagingTargetPath: filepath.Join(dir, "staging"), VolumeCapability: mountCap()[0],
-		PublishContext: map[string]string{driver.PublishContextMounterUID: uid},
+	t.Run("handed over", func(t *testing.T) {
+		const wait = 3 * time.Second
+		s, took := stage(t, &corev1.ContainerStateTerminated{ExitCode: handoff.ExitHandedOver}, wait)
+		if s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "does not answer") || took < wait {
+			t.Fatalf("stage with a mounter that handed over: %v %q after %v, want the whole %v waited for its successor", s.Code(), s.Message(), took, wait)
+		}
 	})
-	s := status.Convert(err)
-	if s.Code() != codes.FailedPrecondition || !strings.Contains(s.Message(), "InvalidAccessKeyId") || !strings.Contains(s.Message(), m.PodName()) {
-		t.Fatalf("stage with a mounter that exited: %v %q, want FailedPrecondition naming its pod and why", s.Code(), s.Message())
-	}
-	if took := time.Since(start); took >= wait {
-		t.Fatalf("stage told why after %v, the whole socket wait", took)
-	}
 }

@@ -76,6 +76,12 @@ func mountOption(param string) (MountOption, bool) {
 	return MountOption{}, false
 }
 
+// Min is the least a Whole option param takes (0 for any other).
+func (m MountOptions) Min(param string) int64 {
+	o, _ := mountOption(param)
+	return o.Min
+}
+
 // Parse checks v and returns it in canonical form, or a ParseError that
 // says what the option takes.
 func (o MountOption) Parse(v string) (string, error) {

@@ -51,6 +51,12 @@ const (
 	OpResize = "resize"
 )
 
+// ExitHandedOver is the exit code of a mounter that handed its connection
+// over (OpHandOver): non-zero, so that its container restarts (restartPolicy
+// OnFailure) and the successor takes the connection over. It is no
+// failure, even when kubelet holds the restart back (CrashLoopBackOff).
+const ExitHandedOver = 75
+
 // Modes a mount survives its mounter in (Reply.Mode).
 const (
 	// ModeTakeover: the node plugin keeps the connection open; a

@@ -61,3 +61,18 @@ func InlinePodPhase(k *Kube, namespace, name string) corev1.PodPhase {
 	}
 	return p.Status.Phase
 }
+
+// MounterPodSeen says whether k's pass of mounter pods (its cluster cache,
+// once filled) holds the pod named name.
+func MounterPodSeen(ctx context.Context, k *Kube, name string) bool {
+	pods, err := k.mounterPods(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range pods {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}

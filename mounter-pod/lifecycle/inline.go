@@ -47,7 +47,7 @@ import (
 const inlineResync = 30 * time.Second
 
 // inlineWorkers launch mounters side by side: one waits for its pod to
-// be ready (up to ReadyTimeout) without holding up the others.
+// run (up to ReadyTimeout) without holding up the others.
 const inlineWorkers = 4
 
 // inlineCredentialsEvery is how often a running inline mounter's

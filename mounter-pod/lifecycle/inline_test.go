@@ -187,10 +187,15 @@ func TestInlineVolumesGetMountersWhileTheirPodLives(t *testing.T) {
 		_, err := kc.CoreV1().Pods(ns).Get(ctx, m.PodName(), metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
-	// The pod goes: so does anything left of its mounters.
+	// The pod goes: so does anything left of its mounters (that the
+	// controller has seen: one it starts as the pod goes is the orphan
+	// pass's).
 	if _, err := kc.CoreV1().Pods(ns).Create(ctx, stray2(t, m), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	poll(t, 10*time.Second, "the controller's cache to see the left mounter", func() bool {
+		return lifecycle.MounterPodSeen(ctx, k, m.PodName())
+	})
 	if err := kc.CoreV1().Pods("team-a").Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ type Config struct {
 	// Events records the passes' Events on PersistentVolumes; nil
 	// records them through Client.
 	Events record.EventRecorder
-	// ReadyTimeout bounds Launch's wait for the pod to be ready; 0 means 90s.
+	// ReadyTimeout bounds Launch's wait for the pod to run; 0 means 90s.
 	ReadyTimeout time.Duration
 	// Poll is how often the pod is checked; tests shorten it.
 	Poll time.Duration

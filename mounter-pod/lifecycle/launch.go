@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/spec"
 )
 
@@ -147,8 +148,11 @@ func (k *Kube) waitStarted(ctx context.Context, pod *corev1.Pod) (string, error)
 }
 
 // started says whether pod's mounter container runs (or the pod is
-// ready, which it is only then).
+// ready, which it is only then), and the pod is not going.
 func started(pod *corev1.Pod) bool {
+	if !alive(pod) {
+		return false
+	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			return true
@@ -162,17 +166,21 @@ func started(pod *corev1.Pod) bool {
 	return false
 }
 
-// failure says whether the mounter cannot become ready without a change
-// by a person, and why.
+// failure says whether the mounter cannot serve without a change by a
+// person, and why. A mounter that handed its connection over (an
+// upgrade) exits too, and is no failure.
 func failure(pod *corev1.Pod) (string, bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && t.ExitCode != handoff.ExitHandedOver {
 			return terminated(t), true
 		}
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
 			case "CrashLoopBackOff":
 				if t := cs.LastTerminationState.Terminated; t != nil {
+					if t.ExitCode == handoff.ExitHandedOver {
+						continue
+					}
 					return terminated(t), true
 				}
 				return w.Reason + ": " + w.Message, true
@@ -195,7 +203,7 @@ func terminated(t *corev1.ContainerStateTerminated) string {
 	return fmt.Sprintf("exited with code %d: %s", t.ExitCode, msg)
 }
 
-// pending explains a pod that is not ready yet.
+// pending explains a pod that does not run yet.
 func pending(pod *corev1.Pod) string {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {

@@ -22,8 +22,9 @@ import (
 // Unix socket under the kubelet directory that the mounter serves.
 type Launcher interface {
 	// Launch starts the mounter for m, or finds it already running, and
-	// waits until it is ready. creds are the files of its credentials
-	// directory. It returns the mounter's pod UID.
+	// waits until it runs (a pod: until its container started; the node
+	// waits for the socket itself). creds are the files of its
+	// credentials directory. It returns the mounter's pod UID.
 	Launch(ctx context.Context, m spec.Mounter, creds map[string][]byte) (podUID string, err error)
 	// Stop removes m's mounter and what was made for it; a mounter that
 	// does not exist is not an error.
@@ -41,7 +42,7 @@ var (
 	// ErrFailed: the mounter exited with an error (bad credentials, a
 	// missing bucket, an unreachable endpoint) or cannot start (image).
 	ErrFailed = errors.New("mounter failed")
-	// ErrNotReady: the mounter did not become ready in time (Pending).
+	// ErrNotReady: the mounter did not start in time (Pending).
 	ErrNotReady = errors.New("mounter not ready")
 	// ErrIncompatible: a mounter for the same volume and node runs with
 	// other options (read-only or not).

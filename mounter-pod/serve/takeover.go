@@ -161,11 +161,6 @@ func (m *mounter) mode() string {
 
 func fdPath(fd int) string { return fmt.Sprintf("/dev/fd/%d", fd) }
 
-// exitHandedOver is the exit code of a mounter that handed its connection
-// over: non-zero, so that its container restarts (restartPolicy
-// OnFailure) and the successor takes the connection over.
-const exitHandedOver = 75
-
 // handOver hands the served connection to a successor (handoff.OpHandOver)
 // and exits once the answer is written.
 func (m *mounter) handOver() handoff.Reply {
@@ -184,7 +179,7 @@ func (m *mounter) handOver() handoff.Reply {
 	start := time.Now()
 	exit := func() {
 		writeTerminationLog(fmt.Errorf("handed the FUSE connection over to a successor"))
-		os.Exit(exitHandedOver)
+		os.Exit(handoff.ExitHandedOver)
 	}
 	if err := tfs.HandOver(ctx, m.current().Flush); err != nil {
 		// Requests are held now: exiting is the only way on, and the

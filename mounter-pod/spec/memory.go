@@ -6,39 +6,40 @@ import (
 	"github.com/objfuse/objfuse/volume"
 )
 
-// A mounter pod's memory limit is shared three ways: the Go runtime, the
-// mounter's code and go-fuse's request buffers (runtimeReserveMiB, the
-// margin objfuse-mount itself leaves beside its budget); objfuse-mount's
-// budget for written data, readahead and listings (--memory-limit-mib);
-// and the inodes the kernel keeps looked up (--max-inodes), which
-// objfuse-mount holds apart from that budget. Left to objfuse-mount's
-// defaults, a mounter of the default 256Mi limit could hold 64 MiB of
-// buffers and 100,000 inodes, over 100 MiB more, and be OOM-killed by a
-// find over a large bucket while it copied.
+// A mounter pod's memory is shared three ways, within the GOMEMLIMIT it
+// gets (nine tenths of its limit, see Template.Pod; the collector works
+// ever harder past it): the Go runtime, the mounter's code and go-fuse's
+// request buffers (runtimeReserveMiB, the margin objfuse-mount itself
+// leaves beside its budget); objfuse-mount's budget for written data,
+// readahead and listings (--memory-limit-mib); and the inodes the kernel
+// keeps looked up (--max-inodes), which objfuse-mount holds apart from
+// that budget. Left to objfuse-mount's defaults, a mounter of the default
+// 256Mi limit could hold 64 MiB of buffers and 100,000 inodes (100 to
+// 200 MiB) beside its runtime: a find over a large bucket during a copy
+// would take it past its limit.
 const (
 	runtimeReserveMiB = 48
 	// inodeKiB is what one kept inode is counted at: above the 0.7 to
 	// 1.5 KiB fusefs's memory tests measure, with the kernel's lookups
 	// and the GC's slack.
 	inodeKiB = 2
-	// minBudgetMiB is objfuse-mount's least --memory-limit-mib.
-	minBudgetMiB = 16
 	// minInodes is the least --max-inodes a mounter gets: a limit too
-	// small for its budget still serves, re-looking names up more often.
+	// small for its budget still serves, looking names up again more
+	// often.
 	minInodes = 1000
 )
 
 // memoryFlags are the objfuse-mount flags that keep a mounter inside its
 // pod's memory limit of limitMiB: the budget is the volume's
 // memoryLimitMiB when it sets one, else objfuse-mount's default, but no
-// more than half of what the runtime's share leaves (and no less than
-// two parts); the inodes get the rest.
+// more than half of what the runtime's share leaves of the GOMEMLIMIT
+// (and no less than two parts); the inodes get the rest.
 func memoryFlags(limitMiB int64, o volume.MountOptions) []string {
-	usable := limitMiB - runtimeReserveMiB
+	usable := limitMiB*9/10 - runtimeReserveMiB
 	budget := o.Int(volume.ParamMemoryLimitMiB)
 	var flags []string
 	if _, set := o[volume.ParamMemoryLimitMiB]; !set {
-		budget = max(min(budget, usable/2), 2*o.Int(volume.ParamPartSizeMiB), minBudgetMiB)
+		budget = max(min(budget, usable/2), 2*o.Int(volume.ParamPartSizeMiB), o.Min(volume.ParamMemoryLimitMiB))
 		flags = append(flags, fmt.Sprintf("--memory-limit-mib=%d", budget))
 	}
 	inodes := max((usable-budget)<<10/inodeKiB, minInodes)

@@ -132,11 +132,12 @@ func TestMounterStagingLimit(t *testing.T) {
 	}
 }
 
-// A mounter pod's memory limit bounds what objfuse-mount keeps: the Go
-// runtime's share (48 MiB) comes off, the budget for written data,
-// readahead and listings is objfuse-mount's default or half of the rest,
-// and the inodes the kernel keeps looked up get what remains (2 KiB
-// each); a volume's own memoryLimitMiB is kept as it is.
+// A mounter pod's memory limit bounds what objfuse-mount keeps: of its
+// GOMEMLIMIT (nine tenths of it) the Go runtime's share (48 MiB) comes
+// off, the budget for written data, readahead and listings is
+// objfuse-mount's default or half of the rest, and the inodes the kernel
+// keeps looked up get what remains (2 KiB each); a volume's own
+// memoryLimitMiB is kept as it is.
 func TestMounterMemoryShare(t *testing.T) {
 	tests := []struct {
 		name         string
@@ -147,10 +148,10 @@ func TestMounterMemoryShare(t *testing.T) {
 		volumeBudget string // the volume's own --memory-limit-mib, passed on
 	}{
 		{name: "no limit: objfuse-mount's defaults", limit: ""},
-		{name: "the default 256Mi", limit: "256Mi", budget: "--memory-limit-mib=64", inodes: "--max-inodes=73728"},
-		{name: "128Mi: half of what the runtime leaves", limit: "128Mi", budget: "--memory-limit-mib=40", inodes: "--max-inodes=20480"},
-		{name: "1Gi: the default budget, many inodes", limit: "1Gi", budget: "--memory-limit-mib=64", inodes: "--max-inodes=466944"},
-		{name: "two parts at least", limit: "96Mi", mount: volume.MountOptions{volume.ParamPartSizeMiB: "16"}, budget: "--memory-limit-mib=32", inodes: "--max-inodes=8192"},
+		{name: "the default 256Mi", limit: "256Mi", budget: "--memory-limit-mib=64", inodes: "--max-inodes=60416"},
+		{name: "128Mi: half of what the runtime leaves", limit: "128Mi", budget: "--memory-limit-mib=33", inodes: "--max-inodes=17408"},
+		{name: "1Gi: the default budget, many inodes", limit: "1Gi", budget: "--memory-limit-mib=64", inodes: "--max-inodes=414208"},
+		{name: "two parts at least", limit: "96Mi", mount: volume.MountOptions{volume.ParamPartSizeMiB: "16"}, budget: "--memory-limit-mib=32", inodes: "--max-inodes=3072"},
 		{name: "the volume's own budget, too large for the pod", limit: "64Mi", mount: volume.MountOptions{volume.ParamMemoryLimitMiB: "1024"}, inodes: "--max-inodes=1000", volumeBudget: "--memory-limit-mib=1024"},
 	}
 	for _, tc := range tests {

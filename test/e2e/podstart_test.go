@@ -22,7 +22,8 @@ const podStarts = 10
 // the pod Running, for podStarts PVCs one after the other, with where the
 // time went: provisioning (the PVC bound), attaching (csi-attacher's
 // ControllerPublishVolume, which starts the volume's mounter pod and waits
-// until it is ready), and kubelet's stage, publish and container start;
+// until its container runs), and kubelet's stage, publish and container
+// start;
 // for a StorageClass that binds at once, as the local cluster's, and for
 // one that waits for the first consumer (the scheduler then provisions for
 // the pod instead of retrying it, with back-off, until its PVC is bound).
