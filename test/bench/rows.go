@@ -20,16 +20,17 @@ import (
 // A row measures one or more metrics for one variant in one round.
 type rowFunc func(e *env, v *variant, round int) (map[string]float64, error)
 
-var rowOrder = []string{"write", "read", "rand", "stat", "ls", "create", "loader"}
+var rowOrder = []string{"write", "smallwrite", "read", "rand", "stat", "ls", "create", "loader"}
 
 var fsRows = map[string]rowFunc{
-	"write":  (*env).rowWrite,
-	"read":   (*env).rowRead,
-	"rand":   (*env).rowRand,
-	"stat":   (*env).rowStat,
-	"ls":     (*env).rowLs,
-	"create": (*env).rowCreate,
-	"loader": (*env).rowLoader,
+	"write":      (*env).rowWrite,
+	"smallwrite": (*env).rowSmallWrite,
+	"read":       (*env).rowRead,
+	"rand":       (*env).rowRand,
+	"stat":       (*env).rowStat,
+	"ls":         (*env).rowLs,
+	"create":     (*env).rowCreate,
+	"loader":     (*env).rowLoader,
 }
 
 const gib = float64(1 << 30)
@@ -65,14 +66,58 @@ func (e *env) rowWrite(v *variant, round int) (map[string]float64, error) {
 	}, nil
 }
 
+// smallWriteSizes are the write sizes of the smallwrite row: dd bs=4k
+// (and busybox's cp) and dd bs=64k.
+var smallWriteSizes = []int{4 << 10, 64 << 10}
+
+// rowSmallWrite writes size bytes in each of smallWriteSizes' writes, each
+// into a new file on a fresh mount, timed until a HEAD shows the object.
+func (e *env) rowSmallWrite(v *variant, round int) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, block := range smallWriteSizes {
+		mbps, err := e.timeWrite(v, fmt.Sprintf("sw%dk-%s-r%d.bin", block>>10, v.name, round), block)
+		if err != nil {
+			return out, err
+		}
+		out[smallWriteKey(block)] = mbps
+	}
+	return out, nil
+}
+
+func smallWriteKey(block int) string { return fmt.Sprintf("smallwrite_%dk_mbps", block>>10) }
+
+// timeWrite writes size bytes to name in writes of block bytes on a fresh
+// mount and returns the MB/s until the object is whole in S3.
+func (e *env) timeWrite(v *variant, name string, block int) (float64, error) {
+	m, err := e.startMount(v, true, false)
+	if err != nil {
+		return 0, err
+	}
+	defer m.stop()
+	defer e.client.RemoveObject(context.Background(), e.bucket, e.key(name), minio.RemoveObjectOptions{})
+	t0 := time.Now()
+	if err := writeFileIn(filepath.Join(m.dir, name), e.size, e.pattern, block); err != nil {
+		return 0, fmt.Errorf("write in %d B writes: %w (%s)", block, err, tail(m.stderr.String()))
+	}
+	if err := e.waitSize(name, e.size, 10*time.Minute); err != nil {
+		return 0, err
+	}
+	return float64(e.size) / time.Since(t0).Seconds() / 1e6, nil
+}
+
 // writeFile writes size bytes of pattern to path in 1 MiB writes and
 // closes it, as cp would.
 func writeFile(path string, size int64, pattern []byte) error {
+	return writeFileIn(path, size, pattern, 1<<20)
+}
+
+// writeFileIn writes size bytes of pattern to path in writes of block
+// bytes and closes it.
+func writeFileIn(path string, size int64, pattern []byte, block int) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	const block = 1 << 20
 	var off int64
 	for off < size {
 		n := int64(block)

@@ -111,6 +111,14 @@ func performanceTargets(largestLs int) []target {
 		ratioTarget("data loader ≥ 0.8 × raw parallel GETs", "objfuse", "loader_fps", 0.8, false),
 		aheadOf("data loader ahead of every peer", "objfuse", "loader_fps", allPeers...),
 		aheadOfLower("the same random reads again, defaults, ahead of s3fs", "objfuse", "rand_again_p50", "s3fs"),
+		{what: "4 KiB writes ≥ 0.8 × the 1 MiB writes (objfuse's own rows, until in S3)", judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
+			small, ok1 := med("objfuse", smallWriteKey(4<<10))
+			big, ok2 := med("objfuse", "write_mbps")
+			if !ok1 || !ok2 {
+				return "", false, false
+			}
+			return fmt.Sprintf("%.0f vs %.0f MB/s = %.2f×", small, big, small/big), small >= 0.8*big, true
+		}},
 		// Performance I.
 		ratioTarget("seq write until in S3 ≥ 0.95 × raw PutObject", "objfuse", "write_mbps", 0.95, false),
 		aheadOf("seq write until in S3 ahead of s3fs", "objfuse", "write_mbps", "s3fs"),
