@@ -79,15 +79,19 @@ func TestPublishReportsPendingMounter(t *testing.T) {
 func TestStageSaysWhyItsMounterExited(t *testing.T) {
 	const volID, uid = "objfuse1|http://s3:9000|us-east-1|true|pvc-1|", "11111111-2222-3333-4444-555555555555"
 	m := spec.MounterIn(volID, "node-a", "")
-	stage := func(t *testing.T, lastExit *corev1.ContainerStateTerminated, wait time.Duration) (*status.Status, time.Duration) {
-		kc := fake.NewSimpleClientset(&corev1.Pod{
+	stage := func(t *testing.T, lastExit *corev1.ContainerStateTerminated, wait time.Duration, tune ...func(*corev1.Pod)) (*status.Status, time.Duration) {
+		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: uid, Annotations: map[string]string{spec.AnnotationVolume: volID}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 				Name:                 spec.Container,
 				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 				LastTerminationState: corev1.ContainerState{Terminated: lastExit},
 			}}},
-		})
+		}
+		for _, f := range tune {
+			f(pod)
+		}
+		kc := fake.NewSimpleClientset(pod)
 		dir := t.TempDir()
 		d, err := driver.New(driver.Options{Mode: driver.ModeNode, NodeID: "node-a", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"),
 			Mounts: &mounts.Fake{}, KubeClient: kc, Namespace: "objfuse-system", MounterWait: wait})
@@ -111,6 +115,16 @@ func TestStageSaysWhyItsMounterExited(t *testing.T) {
 		}
 		if took >= wait {
 			t.Fatalf("stage told why after %v, the whole socket wait", took)
+		}
+	})
+	t.Run("being deleted", func(t *testing.T) {
+		const wait = 20 * time.Second
+		s, took := stage(t, &corev1.ContainerStateTerminated{ExitCode: handoff.ExitHandedOver}, wait, func(p *corev1.Pod) {
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			p.Finalizers = []string{"test/hold"} // a pod being deleted, as kubelet drains it
+		})
+		if s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "being deleted") || took >= wait {
+			t.Fatalf("stage with a mounter pod being deleted: %v %q after %v, want Unavailable saying so before the %v wait ends", s.Code(), s.Message(), took, wait)
 		}
 	})
 	t.Run("handed over", func(t *testing.T) {

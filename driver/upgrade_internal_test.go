@@ -286,7 +286,7 @@ func (e *upgradeEnv) setRestarts(restarts int32, ago time.Duration) {
 	p, _ := e.kc.CoreV1().Pods("objfuse-system").Get(context.Background(), e.pod.PodName(), metav1.GetOptions{})
 	p.Status.ContainerStatuses[0].RestartCount = restarts
 	p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
-		ExitCode: 75, FinishedAt: metav1.NewTime(time.Now().Add(-ago))}
+		ExitCode: handoff.ExitHandedOver, FinishedAt: metav1.NewTime(time.Now().Add(-ago))}
 	if _, err := e.kc.CoreV1().Pods("objfuse-system").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs"
+	"github.com/objfuse/objfuse/fusefs/limits"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/serve"
@@ -191,7 +192,7 @@ func run(args []string, stderr io.Writer) int {
 	if os.Getenv("GOMEMLIMIT") == "" && o.cfg.FS.MemoryLimit > 0 {
 		// Let the GC work harder before the process outgrows its buffers
 		// plus a margin for the runtime, FUSE requests and HTTP.
-		debug.SetMemoryLimit(o.cfg.FS.MemoryLimit + 48<<20)
+		debug.SetMemoryLimit(o.cfg.FS.MemoryLimit + limits.RuntimeReserve)
 	}
 	ctx := context.Background()
 

@@ -16,6 +16,13 @@ const DefaultStagingLimit = 10 << 30
 // GET. A mounter pod with little staging space gets less (spec).
 const DefaultReadCacheMiB = 256
 
+// RuntimeReserve is the memory a mounter needs beside its budget
+// (--memory-limit-mib) and its inodes: the Go runtime, its code, go-fuse's
+// request buffers and HTTP. objfuse-mount sets its GC's soft limit that
+// much above its budget, and a mounter pod's limit is shared out with
+// that much off (spec).
+const RuntimeReserve = 48 << 20
+
 // The filesystem's defaults for what a volume's mount options may set.
 const (
 	DefaultFileMode    = 0o644

@@ -78,13 +78,18 @@ func alive(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && !finished
 }
 
-// Failure says why the mounter pod of uid cannot serve until a person
-// changes something, as Launch would say it: "" while it still may (or
-// when m's pod is another one now, which the repair finds).
+// Failure says why the mounter pod of uid does not serve and will not on
+// its own, as Launch would say it: it failed (until a person changes
+// something, or kubelet restarts it), or it has ended or is going. ""
+// while it may yet serve, or when m's pod is another one now, which the
+// repair finds.
 func (f Finder) Failure(ctx context.Context, m spec.Mounter, uid string) (string, error) {
 	pod, err := f.pod(ctx, m)
 	if err != nil || pod == nil || string(pod.UID) != uid {
 		return "", err
+	}
+	if !alive(pod) {
+		return fmt.Sprintf("mounter pod %s/%s has ended or is being deleted", pod.Namespace, pod.Name), nil
 	}
 	if reason, failed := failure(pod); failed {
 		return fmt.Sprintf("mounter pod %s/%s: %s", pod.Namespace, pod.Name, reason), nil

@@ -91,7 +91,7 @@ func NewKube(cfg Config) *Kube {
 		cfg.ReadyTimeout = 90 * time.Second
 	}
 	if cfg.Poll == 0 {
-		cfg.Poll = 200 * time.Millisecond
+		cfg.Poll = 500 * time.Millisecond
 	}
 	if cfg.CredentialsSyncEvery == 0 {
 		cfg.CredentialsSyncEvery = credentialsSyncEvery

@@ -3,13 +3,14 @@ package spec
 import (
 	"fmt"
 
+	"github.com/objfuse/objfuse/fusefs/limits"
 	"github.com/objfuse/objfuse/volume"
 )
 
 // A mounter pod's memory is shared three ways, within the GOMEMLIMIT it
 // gets (nine tenths of its limit, see Template.Pod; the collector works
 // ever harder past it): the Go runtime, the mounter's code and go-fuse's
-// request buffers (runtimeReserveMiB, the margin objfuse-mount itself
+// request buffers (limits.RuntimeReserve, the margin objfuse-mount itself
 // leaves beside its budget); objfuse-mount's budget for written data,
 // readahead and listings (--memory-limit-mib); and the inodes the kernel
 // keeps looked up (--max-inodes), which objfuse-mount holds apart from
@@ -18,7 +19,6 @@ import (
 // 200 MiB) beside its runtime: a find over a large bucket during a copy
 // would take it past its limit.
 const (
-	runtimeReserveMiB = 48
 	// inodeKiB is what one kept inode is counted at: above the 0.7 to
 	// 1.5 KiB fusefs's memory tests measure, with the kernel's lookups
 	// and the GC's slack.
@@ -35,7 +35,7 @@ const (
 // more than half of what the runtime's share leaves of the GOMEMLIMIT
 // (and no less than two parts); the inodes get the rest.
 func memoryFlags(limitMiB int64, o volume.MountOptions) []string {
-	usable := limitMiB*9/10 - runtimeReserveMiB
+	usable := goMemLimit(limitMiB) - limits.RuntimeReserve>>20
 	budget := o.Int(volume.ParamMemoryLimitMiB)
 	var flags []string
 	if _, set := o[volume.ParamMemoryLimitMiB]; !set {
@@ -45,3 +45,8 @@ func memoryFlags(limitMiB int64, o volume.MountOptions) []string {
 	inodes := max((usable-budget)<<10/inodeKiB, minInodes)
 	return append(flags, fmt.Sprintf("--max-inodes=%d", inodes))
 }
+
+// goMemLimit is the Go runtime's soft memory limit a mounter pod of limit
+// gets (GOMEMLIMIT), in limit's unit: the collector works harder from
+// there on, before the kernel's OOM killer would act.
+func goMemLimit(limit int64) int64 { return limit * 9 / 10 }

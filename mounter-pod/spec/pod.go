@@ -102,8 +102,7 @@ func (t Template) Pod(m Mounter, namespace, hostname string) (*corev1.Pod, error
 	env := []corev1.EnvVar{}
 	mem, memLimited := res.Limits[corev1.ResourceMemory]
 	if memLimited {
-		// Let the Go GC work harder before the kernel's OOM killer would.
-		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()*9/10, 10)})
+		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(goMemLimit(mem.Value()), 10)})
 	}
 	labels := map[string]string{}
 	for k, v := range t.Labels {
