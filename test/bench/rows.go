@@ -35,34 +35,19 @@ var fsRows = map[string]rowFunc{
 
 const gib = float64(1 << 30)
 
-// rowWrite copies size bytes into a new file on a fresh mount and times it
-// until a HEAD shows the whole object, sampling the daemon's CPU time and
-// peak RSS.
+// rowWrite copies size bytes into a new file on a fresh mount in 1 MiB
+// writes and times it until a HEAD shows the whole object, sampling the
+// daemon's CPU time and peak RSS.
 func (e *env) rowWrite(v *variant, round int) (map[string]float64, error) {
-	m, err := e.startMount(v, true, false)
+	w, err := e.timeWrite(v, fmt.Sprintf("w-%s-r%d.bin", v.name, round), 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	defer m.stop()
-	name := fmt.Sprintf("w-%s-r%d.bin", v.name, round)
-	defer e.client.RemoveObject(context.Background(), e.bucket, e.key(name), minio.RemoveObjectOptions{})
-	cpu0 := cpuSeconds(m.pid)
-	t0 := time.Now()
-	if err := writeFile(filepath.Join(m.dir, name), e.size, e.pattern); err != nil {
-		return nil, fmt.Errorf("write: %w (%s)", err, tail(m.stderr.String()))
-	}
-	closed := time.Since(t0)
-	if err := e.waitSize(name, e.size, 10*time.Minute); err != nil {
-		return nil, err
-	}
-	d := time.Since(t0)
-	cpu := cpuSeconds(m.pid) - cpu0
-	rss := peakRSS(m.pid)
 	return map[string]float64{
-		"write_mbps":       float64(e.size) / d.Seconds() / 1e6,
-		"write_close_mbps": float64(e.size) / closed.Seconds() / 1e6,
-		"write_cpu":        cpu / (float64(e.size) / gib),
-		"write_rss":        rss / 1e6,
+		"write_mbps":       mbps(e.size, w.stored),
+		"write_close_mbps": mbps(e.size, w.closed),
+		"write_cpu":        w.cpu / (float64(e.size) / gib),
+		"write_rss":        w.rss / 1e6,
 	}, nil
 }
 
@@ -75,34 +60,51 @@ var smallWriteSizes = []int{4 << 10, 64 << 10}
 func (e *env) rowSmallWrite(v *variant, round int) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, block := range smallWriteSizes {
-		mbps, err := e.timeWrite(v, fmt.Sprintf("sw%dk-%s-r%d.bin", block>>10, v.name, round), block)
+		w, err := e.timeWrite(v, fmt.Sprintf("sw%dk-%s-r%d.bin", block>>10, v.name, round), block)
 		if err != nil {
 			return out, err
 		}
-		out[smallWriteKey(block)] = mbps
+		out[smallWriteKey(block)] = mbps(e.size, w.stored)
 	}
 	return out, nil
 }
 
 func smallWriteKey(block int) string { return fmt.Sprintf("smallwrite_%dk_mbps", block>>10) }
 
+// timedWrite is what timeWrite measured: until the last close returned,
+// until the object was whole in S3, and the daemon's CPU seconds and peak
+// RSS (bytes) over it.
+type timedWrite struct {
+	closed, stored time.Duration
+	cpu, rss       float64
+}
+
+// mbps is size bytes in d, in MB/s.
+func mbps(size int64, d time.Duration) float64 { return float64(size) / d.Seconds() / 1e6 }
+
 // timeWrite writes size bytes to name in writes of block bytes on a fresh
-// mount and returns the MB/s until the object is whole in S3.
-func (e *env) timeWrite(v *variant, name string, block int) (float64, error) {
+// mount, and times it until a HEAD shows the whole object.
+func (e *env) timeWrite(v *variant, name string, block int) (timedWrite, error) {
+	var w timedWrite
 	m, err := e.startMount(v, true, false)
 	if err != nil {
-		return 0, err
+		return w, err
 	}
 	defer m.stop()
 	defer e.client.RemoveObject(context.Background(), e.bucket, e.key(name), minio.RemoveObjectOptions{})
+	cpu0 := cpuSeconds(m.pid)
 	t0 := time.Now()
 	if err := writeFileIn(filepath.Join(m.dir, name), e.size, e.pattern, block); err != nil {
-		return 0, fmt.Errorf("write in %d B writes: %w (%s)", block, err, tail(m.stderr.String()))
+		return w, fmt.Errorf("write in %d B writes: %w (%s)", block, err, tail(m.stderr.String()))
 	}
+	w.closed = time.Since(t0)
 	if err := e.waitSize(name, e.size, 10*time.Minute); err != nil {
-		return 0, err
+		return w, err
 	}
-	return float64(e.size) / time.Since(t0).Seconds() / 1e6, nil
+	w.stored = time.Since(t0)
+	w.cpu = cpuSeconds(m.pid) - cpu0
+	w.rss = peakRSS(m.pid)
+	return w, nil
 }
 
 // writeFile writes size bytes of pattern to path in 1 MiB writes and
