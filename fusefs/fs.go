@@ -90,6 +90,8 @@ type FS struct {
 
 	// cache holds ranges read at random; nil without Options.ReadCacheSize.
 	cache *readcache.Cache
+	// peeked holds what lookups' peeks brought for the READs that follow.
+	peeked peeked
 
 	// splicing: readahead chunks are pipes (read_pipes.go).
 	splicing    bool
@@ -137,6 +139,9 @@ type Stats struct {
 	Peeks atomic.Int64
 	// BytesFromCache were read from the read cache instead of S3.
 	BytesFromCache atomic.Int64
+	// BytesFromPeeks were read from what a lookup's peek brought, held
+	// in memory for the READ.
+	BytesFromPeeks atomic.Int64
 	// BufferBytes is the memory held now in written data waiting for its
 	// upload and in readahead chunks (a gauge, bounded by
 	// Options.MemoryLimit).
@@ -161,6 +166,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit), gate: newKeyGate()}
 	f.reorderWait = opts.waits.reorderWait
+	f.peeked.fsys = f
 	f.stopping.init()
 	f.maxParts = store.MaxParts
 	f.clusterLimit = clusterLimit

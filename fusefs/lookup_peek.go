@@ -13,8 +13,9 @@ import (
 // files a directory's lookups find are opened for reading right after
 // (at least half of them, over the last clusterWindow or two), its
 // lookups by name peek instead: one ranged GET answers the lookup and
-// brings the file's first peekBytes, kept in the read cache under the
-// version's ETag, where the file's first READ finds them. A stat, ls or
+// brings the file's first peekBytes, kept under the version's ETag for
+// the file's first READ: in memory (lookup_peek_bytes.go), or in the read
+// cache when the memory limit has no room. A stat, ls or
 // find opens nothing, and keeps its HEAD. Lookups that peek do not
 // cluster (clustering): a listing would answer them without the bytes,
 // and each read would still need its GET.
@@ -120,7 +121,7 @@ func (f *FS) peekHead(ctx context.Context, key string, peek bool) (store.Object,
 		return o, err
 	}
 	f.stats.Peeks.Add(1)
-	if len(data) > 0 && o.ETag != "" {
+	if len(data) > 0 && o.ETag != "" && !f.peeked.keep(key, o.ETag, data) {
 		// Under the version's ETag: never another version's bytes.
 		f.cache.Store(key, o.ETag, o.Size, data, 0)
 	}

@@ -83,4 +83,12 @@ func TestLookupsThatReadsFollowPeek(t *testing.T) {
 	if fsys.Stats().Peeks.Load() != peeks {
 		t.Errorf("Stats().Peeks %d, want %d", fsys.Stats().Peeks.Load(), peeks)
 	}
+	// The peeked bytes were handed to the reads in memory, which gave
+	// it back as they took them.
+	if got, want := fsys.Stats().BytesFromPeeks.Load(), int64(peeks)*size*9/10; got < want {
+		t.Errorf("%d bytes read from peeks, want at least %d", got, want)
+	}
+	if held := fsys.Stats().BufferBytes.Load(); held != 0 {
+		t.Errorf("%d bytes of memory still held once every peeked file was read, want 0", held)
+	}
 }

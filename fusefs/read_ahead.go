@@ -331,8 +331,13 @@ func (r *reader) close() {
 }
 
 // direct answers a read that is not (yet) sequential with a GET of just
-// its range, or from the read cache, which keeps what such GETs bring.
+// its range, or from the read cache, which keeps what such GETs bring, or
+// from what the file's lookup peeked.
 func (r *reader) direct(ctx context.Context, key, etag string, size int64, dest []byte, off int64) (fuse.ReadResult, int, error) {
+	if etag != "" && r.fsys.peeked.take(key, etag, dest, off) {
+		r.fsys.stats.BytesFromPeeks.Add(int64(len(dest)))
+		return sliceReply(dest), len(dest), nil
+	}
 	c := r.fsys.cache
 	if c != nil && etag != "" && c.ReadAt(key, etag, size, dest, off) {
 		r.fsys.stats.BytesFromCache.Add(int64(len(dest)))

@@ -33,6 +33,14 @@ func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) er
 			}
 			return e.waitSize(name, e.size, 10*time.Minute)
 		},
+		"smallwrite": func(m *mount, i int) error {
+			name := fmt.Sprintf("prof-sw%d.bin", i)
+			defer e.client.RemoveObject(context.Background(), e.bucket, e.key(name), minio.RemoveObjectOptions{})
+			if err := writeFileIn(filepath.Join(m.dir, name), e.size, e.pattern, smallWriteSizes[0]); err != nil {
+				return err
+			}
+			return e.waitSize(name, e.size, 10*time.Minute)
+		},
 		"read": func(m *mount, i int) error {
 			dropCaches()
 			_, err := readAll(filepath.Join(m.dir, seqKey))
@@ -92,6 +100,9 @@ func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) er
 	for _, row := range rowOrder {
 		if !rows[row] {
 			continue
+		}
+		if work[row] == nil {
+			return fmt.Errorf("row %s has no profile work", row)
 		}
 		m, err := e.startMount(v, true, true)
 		if err != nil {
