@@ -355,6 +355,12 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if n.pagesCurrentLocked() {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
+	if !writable {
+		// A reader's close has nothing to flush (no locks are the
+		// mount's: the kernel keeps them), and the FLUSH would be one
+		// of the four round trips a small file's read costs.
+		fuseFlags |= fuse.FOPEN_NOFLUSH
+	}
 	// Kept or dropped, the pages are of this content from now on.
 	n.cachedETag = n.attr.etag
 	if n.local() {
