@@ -143,8 +143,8 @@ type Stats struct {
 	// in memory for the READ.
 	BytesFromPeeks atomic.Int64
 	// BufferBytes is the memory held now in written data waiting for its
-	// upload and in readahead chunks (a gauge, bounded by
-	// Options.MemoryLimit).
+	// upload, in readahead chunks and in peeked bytes waiting for their
+	// READ (a gauge, bounded by Options.MemoryLimit).
 	BufferBytes atomic.Int64
 	// MemorySpills are files continued in a staging file because the
 	// memory limit had no room for their written data.
@@ -166,7 +166,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	}
 	f := &FS{store: st, opts: opts, mountTime: time.Now(), memory: semaphore.NewWeighted(opts.MemoryLimit), gate: newKeyGate()}
 	f.reorderWait = opts.waits.reorderWait
-	f.peeked.fsys = f
+	f.peeked.fsys, f.peeked.ttl = f, peekedTTL
 	f.stopping.init()
 	f.maxParts = store.MaxParts
 	f.clusterLimit = clusterLimit
@@ -207,6 +207,7 @@ func (f *FS) dirAttrs() attrs {
 // Close frees what the filesystem holds outside memory (the read
 // cache's files, the journal's lock). Call it once the mount is gone.
 func (f *FS) Close() error {
+	f.peeked.close()
 	if f.quota != nil {
 		f.quota.close()
 	}

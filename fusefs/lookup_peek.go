@@ -110,7 +110,8 @@ func (f *fileNode) noteOpenedForReading() {
 }
 
 // peekHead is a lookup's HEAD of key, as a peek when peek is set and the
-// store can: its bytes go to the read cache.
+// store can: its bytes wait for the file's first READ (peeked), or go to
+// the read cache when the memory limit has no room for them.
 func (f *FS) peekHead(ctx context.Context, key string, peek bool) (store.Object, error) {
 	p, ok := f.store.(store.Peeker)
 	if !peek || !ok || f.cache == nil {

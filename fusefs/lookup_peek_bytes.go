@@ -11,10 +11,13 @@ import (
 // loader opens what it looks up): handed over so, a file costs no local
 // file of the read cache (a create, a write, a read and later an unlink,
 // about a fifth of the mounter's CPU in the loader row). They are charged
-// to the mount's memory limit; when it has no room, or the READ asks for
-// other bytes than the peek brought, the read cache or a GET serves as
-// before. Held bytes go once a READ took them, once peekedTTL passed, or
-// when newer peeks need the room (peekedLimit).
+// to the mount's memory limit; when it has no room, they go to the read
+// cache as before, and a READ of bytes the peek did not bring is sent to
+// the read cache or a GET. Held bytes go once a READ took their end (a
+// small first read leaves the rest for the next), once peekedTTL passed,
+// or when newer peeks need the room (peekedLimit); then a READ of them
+// again, after the kernel dropped its pages, is a GET: unlike the read
+// cache's, they are not kept for reading again.
 
 // peekedLimit bounds the bytes peeks hold for READs to come: with 8
 // readers that each open what they looked up, a few files each.
@@ -27,12 +30,14 @@ const peekedTTL = 5 * time.Second
 // peeked holds peeked bytes by object version until a READ takes them.
 type peeked struct {
 	fsys *FS
+	ttl  time.Duration // peekedTTL; tests shorten it
 
 	mu     sync.Mutex
 	byID   map[string]*list.Element // of *peekedBytes, by peekedID
 	order  list.List                // oldest first
 	held   int64
 	expiry *time.Timer // runs while anything is held
+	closed bool        // the FS closed: nothing more is held
 }
 
 // peekedBytes are the first bytes of one object version.
@@ -57,6 +62,10 @@ func (p *peeked) keep(key, etag string, data []byte) bool {
 	id := peekedID(key, etag)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		p.fsys.release(n)
+		return false
+	}
 	if p.byID == nil {
 		p.byID = map[string]*list.Element{}
 	}
@@ -69,14 +78,15 @@ func (p *peeked) keep(key, etag string, data []byte) bool {
 	p.byID[id] = p.order.PushBack(&peekedBytes{id: id, data: data, at: time.Now()})
 	p.held += n
 	if p.expiry == nil {
-		p.expiry = time.AfterFunc(peekedTTL, p.expire)
+		p.expiry = time.AfterFunc(p.ttl, p.expire)
 	}
 	return true
 }
 
 // take copies the peeked bytes of version etag of key at off into dest
-// when they hold all of it, and then lets them go (the kernel keeps what
-// it read in its page cache).
+// when they hold all of it. Once a READ took their end they go (the
+// kernel keeps what it read in its page cache); a READ of their start
+// only (a program's small first read) leaves them for the next.
 func (p *peeked) take(key, etag string, dest []byte, off int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,7 +99,9 @@ func (p *peeked) take(key, etag string, dest []byte, off int64) bool {
 		return false
 	}
 	copy(dest, b.data[off:])
-	p.dropLocked(e)
+	if off+int64(len(dest)) == int64(len(b.data)) {
+		p.dropLocked(e)
+	}
 	return true
 }
 
@@ -98,12 +110,26 @@ func (p *peeked) take(key, etag string, dest []byte, off int64) bool {
 func (p *peeked) expire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for e := p.order.Front(); e != nil && time.Since(e.Value.(*peekedBytes).at) >= peekedTTL; e = p.order.Front() {
+	for e := p.order.Front(); e != nil && time.Since(e.Value.(*peekedBytes).at) >= p.ttl; e = p.order.Front() {
 		p.dropLocked(e)
 	}
 	p.expiry = nil
 	if e := p.order.Front(); e != nil {
-		p.expiry = time.AfterFunc(peekedTTL-time.Since(e.Value.(*peekedBytes).at), p.expire)
+		p.expiry = time.AfterFunc(p.ttl-time.Since(e.Value.(*peekedBytes).at), p.expire)
+	}
+}
+
+// close drops what is held and holds nothing more (FS.Close).
+func (p *peeked) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.expiry != nil {
+		p.expiry.Stop()
+		p.expiry = nil
+	}
+	for e := p.order.Front(); e != nil; e = p.order.Front() {
+		p.dropLocked(e)
 	}
 }
 

@@ -3,8 +3,11 @@ package fusefs
 import (
 	"bytes"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
 )
@@ -19,12 +22,22 @@ func newPeekedFS(t *testing.T) *FS {
 	return f
 }
 
+// distinct is n bytes no two aligned windows of which are alike.
+func distinct(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31 + i>>8)
+	}
+	return b
+}
+
 // Peeked bytes go only to a READ of the version they were peeked under,
-// only when they hold all it asks, and once; their memory is charged to
-// the mount's limit while they are held.
+// only when they hold all it asks, at the offset it asks; a READ of their
+// start leaves them for the next, a READ of their end takes them. Their
+// memory is charged to the mount's limit while they are held.
 func TestPeekedBytesGoOnlyToTheirVersion(t *testing.T) {
 	f := newPeekedFS(t)
-	data := bytes.Repeat([]byte("0123456789"), 1000)
+	data := distinct(10000)
 	if !f.peeked.keep("k", "v1", data) {
 		t.Fatal("keep refused bytes the memory limit has room for")
 	}
@@ -41,11 +54,14 @@ func TestPeekedBytesGoOnlyToTheirVersion(t *testing.T) {
 	if f.peeked.take("k", "v1", make([]byte, 200), int64(len(data))-100) {
 		t.Fatal("a READ past what was peeked was answered from it")
 	}
-	if !f.peeked.take("k", "v1", dest, 50) || !bytes.Equal(dest, data[50:150]) {
-		t.Fatalf("a READ of the peeked range got %q, want %q", dest, data[50:150])
+	if !f.peeked.take("k", "v1", dest, 53) || !bytes.Equal(dest, data[53:153]) {
+		t.Fatalf("a READ at 53 got %v..., want %v...", dest[:4], data[53:57])
 	}
-	if f.peeked.take("k", "v1", dest, 50) {
-		t.Fatal("the peeked bytes were taken twice")
+	if !f.peeked.take("k", "v1", dest, int64(len(data))-100) || !bytes.Equal(dest, data[len(data)-100:]) {
+		t.Fatal("a READ of the end after one of the start was not answered from the peek")
+	}
+	if f.peeked.take("k", "v1", dest, 53) {
+		t.Fatal("the peeked bytes are still held after a READ took their end")
 	}
 	if got := f.Stats().BufferBytes.Load(); got != 0 {
 		t.Fatalf("BufferBytes %d once the peeked bytes were taken, want 0", got)
@@ -53,8 +69,14 @@ func TestPeekedBytesGoOnlyToTheirVersion(t *testing.T) {
 }
 
 // Peeks hold at most peekedLimit bytes: newer ones push the oldest out.
+// The same version peeked again is held once.
 func TestPeekedBytesStayWithinTheirLimit(t *testing.T) {
 	f := newPeekedFS(t)
+	f.peeked.keep("0", "v", make([]byte, 1000))
+	f.peeked.keep("0", "v", make([]byte, 1000))
+	if held := f.peeked.heldBytes(); held != 1000 || f.Stats().BufferBytes.Load() != 1000 {
+		t.Fatalf("one version peeked twice holds %d bytes (BufferBytes %d), want 1000", held, f.Stats().BufferBytes.Load())
+	}
 	n := peekedLimit/peekBytes + 5
 	for i := range n {
 		if !f.peeked.keep(fmt.Sprint(i), "v", make([]byte, peekBytes)) {
@@ -74,28 +96,72 @@ func TestPeekedBytesStayWithinTheirLimit(t *testing.T) {
 }
 
 // Bytes no READ takes (a stat after all) give their memory back after
-// peekedTTL.
+// the TTL, and so do those peeked after an expiry ran.
 func TestPeekedBytesNotReadGoAfterTheirTTL(t *testing.T) {
 	f := newPeekedFS(t)
-	f.peeked.keep("a", "v", make([]byte, 1000))
-	deadline := time.Now().Add(peekedTTL + 10*time.Second)
-	for f.peeked.heldBytes() != 0 || f.Stats().BufferBytes.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("peeked bytes still held %v after their peek (BufferBytes %d)", peekedTTL+10*time.Second, f.Stats().BufferBytes.Load())
+	f.peeked.ttl = 50 * time.Millisecond
+	gone := func() bool { return f.peeked.heldBytes() == 0 && f.Stats().BufferBytes.Load() == 0 }
+	for _, key := range []string{"a", "b"} {
+		if !f.peeked.keep(key, "v", make([]byte, 1000)) {
+			t.Fatalf("keep %s refused", key)
 		}
-		<-time.After(20 * time.Millisecond) // polled: the expiry runs on its own timer
+		if gone() {
+			t.Fatalf("%s: nothing held right after the peek", key)
+		}
+		if !pollFor(5*time.Second, gone) {
+			t.Fatalf("%s: peeked bytes still held 5 s after their peek (BufferBytes %d)", key, f.Stats().BufferBytes.Load())
+		}
 	}
 }
 
+// pollFor polls cond until it holds (true) or d has passed (false).
+func pollFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+	return true
+}
+
 // A peek the memory limit has no room for is not held (its bytes go to
-// the read cache instead).
+// the read cache instead), nor one after the FS closed, which gave back
+// what was held.
 func TestPeeksTakeNoMemoryTheLimitLacks(t *testing.T) {
 	f := newPeekedFS(t)
 	if !f.tryReserve(f.opts.MemoryLimit) {
 		t.Fatal("could not take the whole memory limit")
 	}
-	defer f.release(f.opts.MemoryLimit)
 	if f.peeked.keep("k", "v", make([]byte, 1000)) {
 		t.Fatal("a peek was held beyond the memory limit")
+	}
+	f.release(f.opts.MemoryLimit)
+	if !f.peeked.keep("k", "v", make([]byte, 1000)) {
+		t.Fatal("keep refused bytes the memory limit has room for")
+	}
+	f.Close()
+	if f.peeked.heldBytes() != 0 || f.Stats().BufferBytes.Load() != 0 {
+		t.Fatalf("Close left %d peeked bytes held (BufferBytes %d)", f.peeked.heldBytes(), f.Stats().BufferBytes.Load())
+	}
+	if f.peeked.keep("k2", "v", make([]byte, 1000)) || f.Stats().BufferBytes.Load() != 0 {
+		t.Fatal("a peek was held after Close")
+	}
+}
+
+// A handle opened for reading asks the kernel for no FLUSH at its close;
+// one opened for writing does (its close uploads).
+func TestOnlyReadersOpenWithoutFlush(t *testing.T) {
+	f := newPeekedFS(t)
+	n := &fileNode{fsys: f, stored: true}
+	for _, c := range []struct {
+		flags   uint32
+		noFlush bool
+	}{{syscall.O_RDONLY, true}, {syscall.O_WRONLY, false}, {syscall.O_RDWR, false}} {
+		_, fuseFlags := n.openHandle(c.flags)
+		if got := fuseFlags&fuse.FOPEN_NOFLUSH != 0; got != c.noFlush {
+			t.Errorf("open with flags %#o: FOPEN_NOFLUSH %v, want %v", c.flags, got, c.noFlush)
+		}
 	}
 }

@@ -41,7 +41,7 @@ func (s *peekingStore) Get(ctx context.Context, key, etag string, off, length in
 // TestLookupsThatReadsFollowPeek: files read as soon as they are looked
 // up (a data loader) come with their lookup, one request each, once a
 // few have shown the pattern: the lookup's peek brings the bytes that the
-// read then takes from the read cache, without a GET. Every byte read is
+// read then takes from memory, without a GET. Every byte read is
 // the file's. Files only stat'ed keep their HEAD: nothing is fetched for
 // a stat.
 func TestLookupsThatReadsFollowPeek(t *testing.T) {
