@@ -318,12 +318,21 @@ func (n *fileNode) rewriteMetadataLocked(ctx context.Context, a attrs, in *fuse.
 	return a, nil
 }
 
+// opensForWriting says whether an open with flags changes the file: one
+// for writing, or one that truncates it. Linux truncates a file opened
+// O_RDONLY|O_TRUNC too (given write permission), and with FUSE's atomic
+// O_TRUNC it leaves that to the mount, setting its own size to 0: the
+// handle is then a writer's, whose close uploads the empty file.
+func opensForWriting(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+}
+
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	writable := flags&syscall.O_ACCMODE != syscall.O_RDONLY
-	if n.fsys.opts.ReadOnly && (writable || flags&syscall.O_TRUNC != 0) {
+	writable := opensForWriting(flags)
+	if n.fsys.opts.ReadOnly && writable {
 		return nil, 0, syscall.EROFS
 	}
-	if writable && flags&syscall.O_TRUNC != 0 {
+	if flags&syscall.O_TRUNC != 0 {
 		n.mu.Lock()
 		err := n.truncateLocked(ctx, 0)
 		if err == nil {
@@ -344,7 +353,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 // openHandle registers an open and says whether the kernel may keep its
 // cached pages: only when the object is the one they were read from.
 func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
-	writable := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	writable := opensForWriting(flags)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.opens++

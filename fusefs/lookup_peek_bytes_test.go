@@ -151,14 +151,14 @@ func TestPeeksTakeNoMemoryTheLimitLacks(t *testing.T) {
 }
 
 // A handle opened for reading asks the kernel for no FLUSH at its close;
-// one opened for writing does (its close uploads).
+// one opened for writing, or truncating, does (its close uploads).
 func TestOnlyReadersOpenWithoutFlush(t *testing.T) {
 	f := newPeekedFS(t)
 	n := &fileNode{fsys: f, stored: true}
 	for _, c := range []struct {
 		flags   uint32
 		noFlush bool
-	}{{syscall.O_RDONLY, true}, {syscall.O_WRONLY, false}, {syscall.O_RDWR, false}} {
+	}{{syscall.O_RDONLY, true}, {syscall.O_WRONLY, false}, {syscall.O_RDWR, false}, {syscall.O_RDONLY | syscall.O_TRUNC, false}} {
 		_, fuseFlags := n.openHandle(c.flags)
 		if got := fuseFlags&fuse.FOPEN_NOFLUSH != 0; got != c.noFlush {
 			t.Errorf("open with flags %#o: FOPEN_NOFLUSH %v, want %v", c.flags, got, c.noFlush)

@@ -30,6 +30,7 @@ func TestPOSIX(t *testing.T) {
 		{"small file round trip", testSmallFile},
 		{"large file across parts", testLargeFile},
 		{"overwrite with O_TRUNC", testOverwrite},
+		{"O_TRUNC on a read-only open", testReadOnlyOpenTruncates},
 		{"append", testAppend},
 		{"random write", testRandomWrite},
 		{"seek back after parts went up", testSeekBackAfterParts},
@@ -169,6 +170,25 @@ func testOverwrite(t *testing.T, st store.Store, dir string) {
 	writeFile(t, p, []byte("short"))
 	sameBytes(t, "mount", readFile(t, p), []byte("short"))
 	sameBytes(t, "store", stored(t, st, "f"), []byte("short"))
+}
+
+// Linux truncates a file opened O_RDONLY|O_TRUNC (the caller needs write
+// permission) and, with FUSE's atomic O_TRUNC, leaves the truncation to
+// the mount while setting its own size to 0: the store must agree.
+func testReadOnlyOpenTruncates(t *testing.T, st store.Store, dir string) {
+	p := filepath.Join(dir, "t")
+	writeFile(t, p, []byte("content that the open truncates"))
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, "store", stored(t, st, "t"), nil)
+	if fi, err := os.Stat(p); err != nil || fi.Size() != 0 {
+		t.Fatalf("stat after O_RDONLY|O_TRUNC: %v, %v; want size 0", fi, err)
+	}
 }
 
 func testAppend(t *testing.T, st store.Store, dir string) {
