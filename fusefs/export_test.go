@@ -2,6 +2,9 @@ package fusefs
 
 import "time"
 
+// PollUntil polls cond until it holds (true) or d has passed (false).
+var PollUntil = pollUntil
+
 // NewNameStreak is for tests of the lookups that take names for new.
 const NewNameStreak = newNameStreak
 

@@ -108,20 +108,21 @@ func TestPeekedBytesNotReadGoAfterTheirTTL(t *testing.T) {
 		if gone() {
 			t.Fatalf("%s: nothing held right after the peek", key)
 		}
-		if !pollFor(5*time.Second, gone) {
+		if !pollUntil(5*time.Second, gone) {
 			t.Fatalf("%s: peeked bytes still held 5 s after their peek (BufferBytes %d)", key, f.Stats().BufferBytes.Load())
 		}
 	}
 }
 
-// pollFor polls cond until it holds (true) or d has passed (false).
-func pollFor(d time.Duration, cond func() bool) bool {
+// pollUntil polls cond until it holds (true) or d has passed (false); the
+// package's external tests use it too (PollUntil).
+func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
-		<-time.After(10 * time.Millisecond)
+		<-time.After(20 * time.Millisecond)
 	}
 	return true
 }

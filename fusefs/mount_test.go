@@ -211,13 +211,4 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // pollUntil polls cond until it holds (true) or d has passed (false).
-func pollUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-	return true
-}
+var pollUntil = fusefs.PollUntil
