@@ -3,6 +3,7 @@ package s3store
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,11 +25,15 @@ type health struct {
 	// lastProbe is when the store last asked S3 whether a problem is over
 	// (UnixNano): an idle mount sends no request that could tell.
 	lastProbe atomic.Int64
-	// lastWorked and lastFailed are when a success and a failure were
-	// last noted (mono). A request's answer is older news than one
-	// noted after the request was sent: a slow success must not clear a
-	// failure seen since, nor a slow probe's failure undo a success.
+	// lastWorked and lastFailed are when the latest request that worked,
+	// and the latest that failed, were sent (mono). An answer is older
+	// news than any to a request sent after it, whenever each came: a
+	// slow success must not clear a failure of a request sent since, nor
+	// a slow probe's failure undo a success of a request sent since.
 	lastWorked, lastFailed atomic.Int64
+	// mu orders a failure against a success that ends a problem; a
+	// success while there is none takes no lock.
+	mu sync.Mutex
 }
 
 type clearedProblem struct {
@@ -47,30 +52,55 @@ const probeEvery = 10 * time.Second
 // worked is called for every response in the 2xx range to a request sent
 // at sent: the credentials, the bucket and the endpoint all served it.
 func (h *health) worked(sent time.Time) {
-	if h.lastFailed.Load() > int64(sent.Sub(monoBase)) {
-		return // a failure was noted since this request went out
+	at := int64(sent.Sub(monoBase))
+	storeMax(&h.lastWorked, at)
+	if h.problem.Load() == nil {
+		return // a failure storing one now sees lastWorked after it does
 	}
-	h.lastWorked.Store(mono())
-	if p := h.problem.Load(); p != nil && h.problem.CompareAndSwap(p, nil) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastFailed.Load() > at {
+		return // a request sent after this one failed
+	}
+	if p := h.problem.Swap(nil); p != nil {
 		h.cleared.Store(&clearedProblem{Health: *p, at: time.Now()})
 	}
 }
 
-// workedSince reports whether a success was noted after t.
-func (h *health) workedSince(t time.Time) bool {
-	return h.lastWorked.Load() > int64(t.Sub(monoBase))
-}
-
-// failed notes err, already explained and reportable.
-func (h *health) failed(err error) {
-	h.lastFailed.Store(mono())
+// failed notes err, already explained and reportable, of a request sent
+// at sent.
+func (h *health) failed(err error, sent time.Time) {
+	at := int64(sent.Sub(monoBase))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastWorked.Load() > at {
+		return // a request sent after this one worked
+	}
+	storeMax(&h.lastFailed, at)
 	since := time.Now()
-	if old := h.problem.Load(); old != nil && sameKind(old.Problem, err) {
+	old := h.problem.Load()
+	if old != nil && sameKind(old.Problem, err) {
 		since = old.Since
 	} else if c := h.cleared.Load(); c != nil && sameKind(c.Problem, err) && time.Since(c.at) < sameProblemWithin {
 		since = c.Since
 	}
 	h.problem.Store(&store.Health{Problem: err, Since: since})
+	// A success that took no lock, because there was no problem when it
+	// looked, has stored its lastWorked before looking: seen here if it
+	// did not see this problem.
+	if h.lastWorked.Load() > at {
+		h.problem.Store(old)
+	}
+}
+
+// storeMax raises v to x, unless it is already later.
+func storeMax(v *atomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if cur >= x || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
 }
 
 func (h *health) get() store.Health {

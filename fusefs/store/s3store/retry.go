@@ -57,7 +57,7 @@ func (s *Store) tryWatched(ctx context.Context, try func(context.Context) error)
 	if err != nil && stalled(tctx) && ctx.Err() == nil {
 		err = fmt.Errorf("S3 endpoint %s stalled: no byte of the request or its answer moved for %v, or no answer began %v after the request was sent: %w",
 			s.client.EndpointURL(), s.stallTimeout(), answerWaits*s.stallTimeout(), store.ErrUnavailable)
-		s.health.failed(err)
+		s.health.failed(err, time.Now())
 	}
 	return err
 }

@@ -80,19 +80,26 @@ func (s *Store) Health() store.Health {
 
 // probe lists one key of the bucket, as Check does when a mount starts:
 // a success clears the problem, a failure keeps it, unless a request
-// worked meanwhile.
+// sent after the probe worked.
 func (s *Store) probe(ctx context.Context) {
 	sent := time.Now()
-	if err := s.listOne(ctx); err != nil && !s.health.workedSince(sent) {
-		s.fail(err)
+	if err := s.listOne(ctx); err != nil {
+		s.failSent(err, sent)
 	}
 }
 
-// fail maps err for the caller and keeps its explanation for Health.
+// fail maps err for the caller and keeps its explanation for Health. The
+// failed request was sent before now, how long before fail cannot tell
+// (retries): a success of a request sent in between does not clear it.
 func (s *Store) fail(err error) error {
+	return s.failSent(err, time.Now())
+}
+
+// failSent is fail of a request sent at sent.
+func (s *Store) failSent(err error, sent time.Time) error {
 	mapped := mapErr(err)
 	if reportable(mapped) {
-		s.health.failed(s.explain(err))
+		s.health.failed(s.explain(err), sent)
 	}
 	return mapped
 }
