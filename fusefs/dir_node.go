@@ -190,16 +190,25 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, fillEntry(ctx, ch, out) // created here, not uploaded yet
 	}
 	e, found, known := n.cached(name)
+	// A superseded child's open failed with ESTALE (or will): the
+	// store's answer, not a listing's, says which version the new inode
+	// is for.
+	superseded := n.supersededChild(name)
+	if superseded != nil {
+		known = false
+	}
 	if !known { // S3 is asked
 		var cancel context.CancelFunc
 		ctx, cancel = n.fsys.patient(ctx)
 		defer cancel()
-		if found {
-			e, known = n.listedEntry(ctx, e)
-		}
-		if !known {
-			if l := n.relist(ctx, name); l != nil {
-				e, found, known = n.answerFrom(l, name)
+		if superseded == nil { // nor one relist may give
+			if found {
+				e, known = n.listedEntry(ctx, e)
+			}
+			if !known {
+				if l := n.relist(ctx, name); l != nil {
+					e, found, known = n.answerFrom(l, name)
+				}
 			}
 		}
 		if ctx.Err() != nil {
@@ -225,6 +234,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return nil, errno(err)
 		}
 		e = dirEntry{name: name, isDir: r.isDir, obj: r.obj}
+		superseded.currentAgain(e)
 		ch := n.childFor(ctx, e)
 		if f, ok := ch.Operations().(*fileNode); ok {
 			n.noteFound(f)
@@ -233,6 +243,25 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	ch := n.childFor(ctx, e)
 	return ch, fillEntry(ctx, ch, out)
+}
+
+// supersededChild is the child file at name if it is superseded (see
+// fileNode.superseded), else nil.
+func (n *dirNode) supersededChild(name string) *fileNode {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	f, ok := ch.Operations().(*fileNode)
+	if !ok {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.supersededLocked() {
+		return nil
+	}
+	return f
 }
 
 // expectNewName reports whether the last lookups by name in this
@@ -306,7 +335,9 @@ func (n *dirNode) childFor(ctx context.Context, e dirEntry) *fs.Inode {
 		n.fsys.inodes.touch(ch)
 		switch node := ch.Operations().(type) {
 		case *fileNode:
-			node.refresh(a)
+			if !node.refresh(a) {
+				return n.newChild(ctx, kind, a, false) // superseded
+			}
 		case *dirNode:
 			if e.obj.Key != "" {
 				node.mu.Lock()

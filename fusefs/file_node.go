@@ -53,6 +53,14 @@ type fileNode struct {
 	// object replaced by a version this mount did not write: a handle
 	// opened before keeps reading its own version (handle.pin).
 	replacedElsewhere uint64
+	// superseded: under the kernel's writeback cache (Options.
+	// WritebackCache), a lookup, stat or read found the object replaced
+	// by a version this mount did not write. The kernel keeps its own
+	// size of a cached inode there, so the inode stays with its version:
+	// the name's next lookup makes a new inode for the store's, and an
+	// open of this one fails with ESTALE, which has the kernel look the
+	// name up again and open that.
+	superseded bool
 	// shown is the version whose attributes the kernel was last told
 	// (see shownLocked); handles are the open ones.
 	shown   attrs
@@ -127,22 +135,57 @@ func (n *fileNode) isLocal() bool {
 }
 
 // refresh takes attributes from a lookup unless local content rules.
-func (n *fileNode) refresh(a attrs) {
+// It reports whether the node stays the name's: not when it is
+// superseded and no one writes to it (a writer's upload must meet the
+// other version, not lose its file).
+func (n *fileNode) refresh(a attrs) (stays bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.local() || n.unlinked {
-		return
+		return true
 	}
 	n.takeAttrsLocked(a)
+	// A listing older than what superseded the node still names its
+	// version: the node stays until the store is asked (Lookup).
+	return !n.superseded || n.writers > 0 || a.etag == n.attr.etag
+}
+
+// currentAgain ends the supersession of n (nil: none) when the store,
+// just asked, holds n's version after all (one of the same bytes,
+// written again): its open would fail with ESTALE for good otherwise.
+func (n *fileNode) currentAgain(e dirEntry) {
+	if n == nil || e.isDir {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e.obj.ETag == n.attr.etag {
+		n.superseded = false
+	}
 }
 
 // takeAttrsLocked takes attributes the store gave, counting a version
-// this mount did not write (see handle.pin).
+// this mount did not write (see handle.pin); under the writeback cache
+// such a version supersedes the node instead, which keeps its own.
 func (n *fileNode) takeAttrsLocked(a attrs) {
 	if a.etag != n.attr.etag && a.etag != "" && n.attr.etag != "" && !n.ownVersion(a.etag) {
+		if n.fsys.opts.WritebackCache {
+			n.superseded = true
+			return
+		}
 		n.replacedElsewhere++
 	}
 	n.attr, n.attrAt, n.stored = a, time.Now(), true
+}
+
+// errSuperseded: the node's version is no longer the store's, and under
+// the writeback cache it cannot take another (see fileNode.superseded).
+var errSuperseded = errors.New("another client replaced the file: it is looked up again")
+
+// supersededLocked reports a node whose open must fail with ESTALE, so
+// that the kernel looks its name up again (see fileNode.superseded).
+func (n *fileNode) supersededLocked() bool {
+	return n.superseded && !n.local() && n.writers == 0
 }
 
 // dropKernelCacheLater has the kernel drop its pages and attributes of
@@ -171,6 +214,9 @@ func (n *fileNode) revalidateLocked(ctx context.Context, key string) error {
 		return err
 	}
 	n.takeAttrsLocked(n.fsys.attrsOf(o, syscall.S_IFREG))
+	if n.superseded {
+		return errSuperseded
+	}
 	if n.attr.size > n.kernelSize {
 		// No reply carries these to the kernel, which goes on with the
 		// size it was told: a longer version's reads would end there.
@@ -332,6 +378,12 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if n.fsys.opts.ReadOnly && writable {
 		return nil, 0, syscall.EROFS
 	}
+	n.mu.Lock()
+	superseded := n.supersededLocked()
+	n.mu.Unlock()
+	if superseded {
+		return nil, 0, syscall.ESTALE // the kernel looks the name up again
+	}
 	if flags&syscall.O_TRUNC != 0 {
 		n.mu.Lock()
 		err := n.truncateLocked(ctx, 0)
@@ -375,7 +427,10 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if n.local() {
 		n.cachedETag = pagesLocal
 	}
-	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
+	// Under the writeback cache the kernel puts appends at the end it
+	// keeps itself, and may send them in any handle's WRITE.
+	appends := flags&syscall.O_APPEND != 0 && !n.fsys.opts.WritebackCache
+	h := &handle{node: n, writable: writable, append: appends, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
 	if n.handles == nil {
 		n.handles = map[*handle]struct{}{}

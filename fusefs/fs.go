@@ -116,10 +116,13 @@ type FS struct {
 
 // Stats are the filesystem's counters, exported as metrics.
 type Stats struct {
-	HiddenKeys      atomic.Int64 // keys that cannot be file names
-	UploadErrors    atomic.Int64 // failed uploads reported to writers
-	BytesRead       atomic.Int64
-	BytesWritten    atomic.Int64
+	HiddenKeys   atomic.Int64 // keys that cannot be file names
+	UploadErrors atomic.Int64 // failed uploads reported to writers
+	BytesRead    atomic.Int64
+	BytesWritten atomic.Int64
+	// Writes counts WRITE requests: one per write call, unless the
+	// kernel's writeback cache gathers them (Options.WritebackCache).
+	Writes          atomic.Int64
 	Uploads         atomic.Int64
 	PanicsRecovered atomic.Int64
 	// AsyncUploadErrors are failed uploads no writer waited for: after an
@@ -254,7 +257,7 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			// Replies from memory have Slices, which go-fuse writes
 			// without trying a pipe; replies from pipes splice.
 			DisableSplice:     !f.splicing,
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			ExtraCapabilities: f.capabilities(),
 			PanicHandler: func(p any) fuse.Status {
 				f.stats.PanicsRecovered.Add(1)
 				// Called from go-fuse's deferred recover, still on the
@@ -264,6 +267,15 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			},
 		},
 	}
+}
+
+// capabilities are the FUSE capabilities asked for beyond go-fuse's.
+func (f *FS) capabilities() uint64 {
+	c := uint64(fuse.CAP_ATOMIC_O_TRUNC)
+	if f.opts.WritebackCache {
+		c |= fuse.CAP_WRITEBACK_CACHE
+	}
+	return c
 }
 
 // Mount mounts the filesystem at mountpoint (a directory, or /dev/fd/N for
@@ -449,7 +461,12 @@ func (f *FS) first(ctx context.Context, prefix string) (store.Entry, bool, error
 	return store.Entry{}, false, nil
 }
 
-func errno(err error) syscall.Errno { return store.Errno(err) }
+func errno(err error) syscall.Errno {
+	if errors.Is(err, errSuperseded) {
+		return syscall.ESTALE
+	}
+	return store.Errno(err)
+}
 
 // parentKey is the key of the directory holding key ("" for the top).
 func parentKey(key string) string {

@@ -119,6 +119,9 @@ func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, s
 	if opts.StagingDir == "" {
 		opts.StagingDir = t.TempDir()
 	}
+	if writebackMounts {
+		opts.WritebackCache = true
+	}
 	f, err := fusefs.New(st, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +145,11 @@ func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, s
 // takeover.FS on a FUSE handle mounted the way the node plugin mounts it:
 // everything a mount does must work the same with its numbers translated.
 var takeoverMounts = os.Getenv("OBJFUSE_TEST_TAKEOVER") == "1"
+
+// writebackMounts, set by OBJFUSE_TEST_WRITEBACK=1, runs the suites on
+// mounts with the kernel's writeback cache (Options.WritebackCache):
+// what a program sees must hold there too, or a test says how it differs.
+var writebackMounts = os.Getenv("OBJFUSE_TEST_WRITEBACK") == "1"
 
 // mountFor mounts f at dir, through takeover.FS when takeoverMounts, and
 // returns how to unmount it.

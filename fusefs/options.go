@@ -60,6 +60,15 @@ type Options struct {
 	// mount of the same journal uploads it. A file already streaming in
 	// parts (larger than PartSize) is uploaded before close returns.
 	AsyncClose bool
+	// WritebackCache has the kernel keep written pages and send them in
+	// large WRITEs (at writeback, and before a close or fsync returns),
+	// rather than one WRITE per write call. The kernel then keeps its own
+	// size and mtime of an inode and ignores the mount's, so an inode
+	// stays with the version it was made for (and this mount's own
+	// writes): a version another client wrote is given a new inode at
+	// the name's next lookup (fileNode.superseded). A write past the
+	// Capacity fails at close or fsync, as the kernel sends it only then.
+	WritebackCache bool
 	// JournalDir is the journal's directory (default: objfuse-journal in
 	// StagingDir). One mount at a time may use it.
 	JournalDir string

@@ -73,6 +73,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n.upload.written()
 	n.kernelSize = max(n.kernelSize, kernelOff+int64(len(data)))
 	n.fsys.stats.BytesWritten.Add(int64(len(data)))
+	n.fsys.stats.Writes.Add(1)
 	return uint32(len(data)), 0
 }
 

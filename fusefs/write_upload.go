@@ -120,6 +120,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	n.own.note(a.etag)
 	n.attr, n.attrAt = a, time.Now()
 	n.stored, n.mtimeSet = true, false
+	n.superseded = false // the store holds this mount's version now
 	n.upload.settled()
 	noteInParent(&n.Inode, dirEntry{obj: objectFor(key, a)})
 	return 0

@@ -52,6 +52,8 @@ var MountOptionTable = []MountOption{
 	{Param: ParamListTTL, Flag: "list-ttl", Kind: Duration, Default: limits.DefaultListTTL.String(), Usage: "how long directory listings answer lookups"},
 	{Param: ParamAsyncClose, Flag: "async-close", Kind: Bool, Default: "false",
 		Usage: "return from close(2) once the file is in the journal on the staging directory, before the upload completes (fsync still waits; failures surface on the next close/fsync and in metrics)"},
+	{Param: ParamWritebackCache, Flag: "writeback-cache", Kind: Bool, Default: "false",
+		Usage: "let the kernel gather small writes in its page cache and send them large (4 KiB writes about as fast as 1 MiB ones); a version another client writes gets a new inode at its next lookup, and a write past the volume's capacity fails at close or fsync rather than at the write"},
 	{Param: ParamBatchSmallUploads, Flag: "no-batching", Kind: Bool, Default: "true", Negated: true,
 		Usage: "on MinIO too, upload every small file in a request of its own (by default, small files uploaded at the same time go in one request that MinIO extracts)"},
 	{Param: ParamTakeover, Flag: "no-takeover", Kind: Bool, Default: "true", Negated: true,

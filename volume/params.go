@@ -35,6 +35,9 @@ const (
 	ParamStatTTL    = "statTTL"
 	ParamListTTL    = "listTTL"
 	ParamAsyncClose = "asyncClose"
+	// ParamWritebackCache "true" has the kernel gather small writes in
+	// its page cache (objfuse-mount --writeback-cache).
+	ParamWritebackCache = "writebackCache"
 	// ParamBatchSmallUploads "false" sends every small file alone, also
 	// to MinIO (objfuse-mount --no-batching).
 	ParamBatchSmallUploads = "batchSmallUploads"

@@ -74,6 +74,7 @@ func takeMountOptions(c *serve.Config, m volume.MountOptions) {
 	c.FS.StatTTL = m.Duration(volume.ParamStatTTL)
 	c.FS.ListTTL = m.Duration(volume.ParamListTTL)
 	c.FS.AsyncClose = m.Bool(volume.ParamAsyncClose)
+	c.FS.WritebackCache = m.Bool(volume.ParamWritebackCache)
 	c.S3.NoBatching = !m.Bool(volume.ParamBatchSmallUploads)
 	c.Takeover = m.Bool(volume.ParamTakeover)
 	c.FS.PartSize = int(m.Int(volume.ParamPartSizeMiB)) << 20
