@@ -234,7 +234,12 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return nil, errno(err)
 		}
 		e = dirEntry{name: name, isDir: r.isDir, obj: r.obj}
-		superseded.currentAgain(e)
+		if superseded != nil {
+			superseded.currentAgain(e)
+			// The listing, should it still name the version before, would
+			// otherwise supersede the new inode at the next lookup.
+			n.noteChild(name, &e)
+		}
 		ch := n.childFor(ctx, e)
 		if f, ok := ch.Operations().(*fileNode); ok {
 			n.noteFound(f)

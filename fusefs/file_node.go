@@ -150,11 +150,11 @@ func (n *fileNode) refresh(a attrs) (stays bool) {
 	return !n.superseded || n.writers > 0 || a.etag == n.attr.etag
 }
 
-// currentAgain ends the supersession of n (nil: none) when the store,
+// currentAgain ends the supersession of n when the store,
 // just asked, holds n's version after all (one of the same bytes,
 // written again): its open would fail with ESTALE for good otherwise.
 func (n *fileNode) currentAgain(e dirEntry) {
-	if n == nil || e.isDir {
+	if e.isDir {
 		return
 	}
 	n.mu.Lock()
