@@ -176,3 +176,24 @@ func TestWritebackCacheOpenAfterAReadFoundTheFileReplaced(t *testing.T) {
 		})
 	}
 }
+
+// Under the writeback cache a write past the volume's capacity goes into
+// the page cache; the kernel sends it at close, which fails with ENOSPC,
+// and the store holds no more than the capacity.
+func TestWritebackCacheTellsAFullVolumeAtClose(t *testing.T) {
+	st := memstore.New()
+	dir := mountFS(t, st, fusefs.Options{WritebackCache: true, Capacity: quotaMiB})
+	f, err := os.Create(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := writeUntilFull(t, f, make([]byte, 64<<10), 2*quotaMiB); err != nil || n != 2*quotaMiB {
+		t.Fatalf("writes into the page cache: %d bytes, %v", n, err)
+	}
+	if err := f.Close(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("close: %v, want ENOSPC", err)
+	}
+	if sum := storedSum(t, st); sum > quotaMiB {
+		t.Fatalf("the store holds %d bytes, past the capacity %d", sum, quotaMiB)
+	}
+}
