@@ -523,7 +523,7 @@ func TestClusteringNeedsListingsWithMetadata(t *testing.T) {
 		put(t, mem, fmt.Sprintf("b/f%03d", i), []byte("x"))
 	}
 	st := &countingStore{Store: bareListings{mem}}
-	dir := mountFS(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	f, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
 	for _, d := range []string{"a", "b"} {
 		if _, err := os.Stat(filepath.Join(dir, d)); err != nil {
 			t.Fatal(err)
@@ -537,6 +537,9 @@ func TestClusteringNeedsListingsWithMetadata(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// The listing that finds out runs beside the lookups: what it
+		// found out holds for lookups after it, in the next directory.
+		eventually(t, time.Minute, "the listing of "+d+" to end", func() bool { return !fusefs.Relisting(f, d) })
 	}
 	if h, l := st.heads.Load(), st.lists.Load(); h != 20 || l > 1 {
 		t.Fatalf("20 stats over listings without metadata sent %d HEADs and %d LISTs, want 20 and at most the one that found out", h, l)

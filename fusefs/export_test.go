@@ -33,6 +33,19 @@ func listingOf(f *FS, name string, is func(*listing) bool) bool {
 	return is(d.listCache)
 }
 
+// Relisting reports whether the directory name, in the root, is being
+// listed again now (relist).
+func Relisting(f *FS, name string) bool {
+	ch := f.root.GetChild(name)
+	if ch == nil {
+		return false
+	}
+	d := ch.Operations().(*dirNode)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.relisting != nil
+}
+
 // ClusterLookups is how many lookups by name make lookups cluster.
 const ClusterLookups = clusterLookups
 
