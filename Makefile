@@ -17,12 +17,15 @@ test: unit fuzz e2e
 # own), the CLI, csi-sanity and node tests, with the race detector. Needs
 # root and /dev/fuse. Then the POSIX suite again through fusefs/takeover
 # on a mount made as the node plugin makes it (what a mounter pod serves).
+# Then the POSIX, version and sharing suites on mounts with the kernel's
+# writeback cache (writebackCache), where a few say how it differs.
 # Then the memory budget's test, which -race would skew (it skips there).
 # Then the takeover tests of our go-fuse fork, its own module, which ./...
 # does not reach (third_party/go-fuse/README.objfuse.md).
 unit:
 	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...
 	OBJFUSE_TEST_TAKEOVER=1 CGO_ENABLED=1 go test -race -count=1 -timeout 10m -run 'TestPOSIX' ./fusefs/
+	OBJFUSE_TEST_WRITEBACK=1 CGO_ENABLED=1 go test -race -count=1 -timeout 10m -run 'TestPOSIX|TestCloseToOpen|TestConcurrentExercisers|Version|Replaced|Append|Conflict|TestChmodKeeps|TestWriteInPlace' ./fusefs/
 	go test -count=1 -timeout 5m -run 'TestTheMemoryBudgetHolds' ./fusefs/
 	cd third_party/go-fuse && CGO_ENABLED=1 go test -race -count=1 -timeout 2m -run 'Resume|Resend|Epoch|Prefault' ./fuse/
 

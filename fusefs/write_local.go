@@ -114,6 +114,14 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if size != n.attr.size && n.fsys.opts.WritebackCache {
+		// The kernel placed the write by the size it keeps, which is
+		// another version's (see loadStaging): it would land amid
+		// bytes it never saw. The next lookup makes a new inode.
+		st.Close()
+		n.superseded = true
+		return errSuperseded
+	}
 	if size != n.attr.size {
 		// The attributes were another version's size (see loadStaging).
 		n.attr.size = size

@@ -39,6 +39,10 @@ func (v *variant) runs(row string) bool { return v.only == nil || v.only[row] }
 // random read of the rand row.
 const readCacheFlag = "--read-cache-mib 1024"
 
+// writebackFlag is the objfuse-wb variant's: the kernel gathers small
+// writes.
+const writebackFlag = "--writeback-cache"
+
 func variants(objfuseBin string) []*variant {
 	objfuseArgs := func(extra ...string) func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
 		return func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
@@ -72,6 +76,8 @@ func variants(objfuseBin string) []*variant {
 		{name: "objfuse", bin: objfuseBin, objfuse: true, args: objfuseArgs()},
 		{name: "objfuse-async", bin: objfuseBin, objfuse: true, args: objfuseArgs("--async-close"),
 			only: map[string]bool{"create": true}},
+		{name: "objfuse-wb", bin: objfuseBin, objfuse: true, args: objfuseArgs(writebackFlag),
+			only: map[string]bool{"write": true, "smallwrite": true}},
 		{name: "objfuse-cache", bin: objfuseBin, objfuse: true, args: objfuseArgs(strings.Fields(readCacheFlag)...),
 			only: map[string]bool{"rand": true}},
 		{name: "s3fs", bin: "s3fs", args: func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
