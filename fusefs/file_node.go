@@ -136,8 +136,8 @@ func (n *fileNode) isLocal() bool {
 
 // refresh takes attributes from a lookup unless local content rules.
 // It reports whether the node stays the name's: not when it is
-// superseded and no one writes to it (a writer's upload must meet the
-// other version, not lose its file).
+// superseded. (A writer still open on it loads the version it has when
+// it writes, which fails: nothing is stored over the other version.)
 func (n *fileNode) refresh(a attrs) (stays bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -147,7 +147,7 @@ func (n *fileNode) refresh(a attrs) (stays bool) {
 	n.takeAttrsLocked(a)
 	// A listing older than what superseded the node still names its
 	// version: the node stays until the store is asked (Lookup).
-	return !n.superseded || n.writers > 0 || a.etag == n.attr.etag
+	return !n.superseded || a.etag == n.attr.etag
 }
 
 // currentAgain ends the supersession of n when the store,
@@ -170,7 +170,7 @@ func (n *fileNode) currentAgain(e dirEntry) {
 func (n *fileNode) takeAttrsLocked(a attrs) {
 	if a.etag != n.attr.etag && a.etag != "" && n.attr.etag != "" && !n.ownVersion(a.etag) {
 		if n.fsys.opts.WritebackCache {
-			n.superseded = true
+			n.superseded, n.attrAt = true, time.Now()
 			return
 		}
 		n.replacedElsewhere++
@@ -185,7 +185,7 @@ var errSuperseded = errors.New("another client replaced the file: it is looked u
 // supersededLocked reports a node whose open must fail with ESTALE, so
 // that the kernel looks its name up again (see fileNode.superseded).
 func (n *fileNode) supersededLocked() bool {
-	return n.superseded && !n.local() && n.writers == 0
+	return n.superseded && !n.local()
 }
 
 // dropKernelCacheLater has the kernel drop its pages and attributes of
@@ -427,10 +427,7 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if n.local() {
 		n.cachedETag = pagesLocal
 	}
-	// Under the writeback cache the kernel puts appends at the end it
-	// keeps itself, and may send them in any handle's WRITE.
-	appends := flags&syscall.O_APPEND != 0 && !n.fsys.opts.WritebackCache
-	h := &handle{node: n, writable: writable, append: appends, r: reader{fsys: n.fsys}}
+	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
 	if n.handles == nil {
 		n.handles = map[*handle]struct{}{}

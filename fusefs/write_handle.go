@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/objfuse/objfuse/fusefs/store"
@@ -13,6 +14,22 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n := h.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	k, errno := h.writeLocked(ctx, data, off)
+	if n.fsys.opts.WritebackCache && (errno != 0 || int(k) < len(data)) {
+		// The kernel sends what a write(2) left in its pages later, and
+		// heeds no short answer; the program heard of success long ago.
+		// Every writer's close and fsync must fail now.
+		if errno == 0 {
+			errno = syscall.ENOSPC
+		}
+		n.upload.lose(fmt.Errorf("the kernel's write of %d bytes at %d: %w", len(data), off, errno))
+		return 0, errno
+	}
+	return k, errno
+}
+
+func (h *handle) writeLocked(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n := h.node
 	if n.upload.lostTo() != nil {
 		return 0, syscall.EIO
 	}
@@ -27,7 +44,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	kernelOff := off // where the kernel puts the write in its pages
-	if h.append && off != n.size() {
+	// Under the writeback cache the kernel places appends at the end it
+	// keeps, and sends them through any writer's handle: its offset holds.
+	if h.append && off != n.size() && !n.fsys.opts.WritebackCache {
 		// The kernel puts an O_APPEND write at the end it knows, which
 		// another writer may have moved since: the end is the one of
 		// the content here, loaded from the version the store holds.

@@ -197,3 +197,26 @@ func TestWritebackCacheTellsAFullVolumeAtClose(t *testing.T) {
 		t.Fatalf("the store holds %d bytes, past the capacity %d", sum, quotaMiB)
 	}
 }
+
+// A WRITE the capacity holds only part of fails whole under the
+// writeback cache: the kernel heeds no short answer, and would drop the
+// rest. The close fails, and no part of the file is stored as if whole.
+func TestWritebackCacheFailsAWriteThatFitsInPart(t *testing.T) {
+	st := memstore.New()
+	put(t, st, "pre", make([]byte, 4096)) // the capacity is no longer a whole number of WRITEs
+	dir := mountFS(t, st, fusefs.Options{WritebackCache: true, Capacity: quotaMiB})
+	data := randomBytes(quotaMiB)
+	f, err := os.Create(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatalf("a write into the page cache: %v", err)
+	}
+	if err := f.Close(); !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EIO) {
+		t.Fatalf("close: %v, want ENOSPC or EIO", err)
+	}
+	if got, err := st.Head(t.Context(), "f"); err == nil && got.Size != int64(len(data)) {
+		t.Fatalf("the store holds %d of the %d bytes as f", got.Size, len(data))
+	}
+}

@@ -146,6 +146,12 @@ func ParseMountOptions(in map[string]string) (MountOptions, error) {
 	if part, mem := m.Int(ParamPartSizeMiB), m.Int(ParamMemoryLimitMiB); mem < 2*part {
 		return nil, &ParseError{Param: ParamPartSizeMiB, Value: strconv.FormatInt(part, 10), Reason: fmt.Sprintf("%s (%d) must hold at least two parts", ParamMemoryLimitMiB, mem)}
 	}
+	if m.Bool(ParamWritebackCache) && m.Bool(ParamTakeover) {
+		// A successor revives the kernel's inodes by looking their names
+		// up again, and could not tell a cached inode (whose size the
+		// kernel keeps under the writeback cache) from a newer version.
+		return nil, &ParseError{Param: ParamWritebackCache, Value: "true", Reason: fmt.Sprintf("needs %s: \"false\" (a restarted mounter cannot take over a connection whose kernel keeps its own file sizes; the volume is mounted again instead)", ParamTakeover)}
+	}
 	return m, nil
 }
 

@@ -79,6 +79,8 @@ func TestParseParams(t *testing.T) {
 		{"read cache not a number", map[string]string{"readCacheMiB": "1Gi"}, "readCacheMiB", ""},
 		{"batching off", map[string]string{"batchSmallUploads": "false"}, "", ""},
 		{"batching neither on nor off", map[string]string{"batchSmallUploads": "sometimes"}, "batchSmallUploads", ""},
+		{"writeback cache without takeover", map[string]string{"writebackCache": "true", "takeover": "false"}, "", ""},
+		{"writeback cache with takeover", map[string]string{"writebackCache": "true"}, "writebackCache", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +102,10 @@ func TestParseParams(t *testing.T) {
 		if err != nil || noBatching != off || (p.Mount.Map()["batchSmallUploads"] == "false") != off {
 			t.Errorf("batchSmallUploads=%s: --no-batching %v, context %v (%v)", v, noBatching, p.Mount.Map(), err)
 		}
+	}
+	wb, err := ParseParams(map[string]string{"writebackCache": "true", "takeover": "false"}, def)
+	if args := wb.Mount.Args(); err != nil || !slices.Contains(args, "--writeback-cache") || !slices.Contains(args, "--no-takeover") {
+		t.Errorf("writebackCache=true, takeover=false: mounter args %v (%v)", args, err)
 	}
 	if _, err := ParseParams(nil, Defaults{}); err == nil || !strings.Contains(err.Error(), "--s3-endpoint") {
 		t.Errorf("no endpoint anywhere: %v", err)
