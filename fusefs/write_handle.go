@@ -30,8 +30,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 func (h *handle) writeLocked(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n := h.node
-	if n.upload.lostTo() != nil {
-		return 0, syscall.EIO
+	if lost := n.upload.lostTo(); lost != nil {
+		return 0, lostErrno(lost)
 	}
 	n.beginChargeLocked()
 	if !n.local() {
@@ -106,6 +106,15 @@ func (n *fileNode) writeFailed(err error) syscall.Errno {
 		n.upload.lose(err)
 	}
 	n.fsys.opts.Logger.Error("write failed", "key", n.key(), "err", err)
+	return syscall.EIO
+}
+
+// lostErrno is what writers hear of content lost to err: ENOSPC or EFBIG
+// when it did not fit (a full volume says so), else EIO.
+func lostErrno(err error) syscall.Errno {
+	if e, full := noRoom(err); full {
+		return e
+	}
 	return syscall.EIO
 }
 

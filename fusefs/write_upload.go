@@ -41,8 +41,8 @@ func (n *fileNode) syncForWriterLocked(ctx context.Context) syscall.Errno {
 func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 	ctx, cancel := n.fsys.uploadContext(ctx)
 	defer cancel()
-	if n.upload.lostTo() != nil {
-		return syscall.EIO
+	if lost := n.upload.lostTo(); lost != nil {
+		return lostErrno(lost)
 	}
 	if owed := n.upload.takeOwed(); owed != nil {
 		n.fsys.opts.Logger.Error("reporting an earlier asynchronous upload failure", "key", n.key(), "err", owed)
