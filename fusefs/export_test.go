@@ -23,6 +23,12 @@ func HoldsCompleteListing(f *FS, name string) bool {
 // listingOf asks is of the listing the directory name, in the root,
 // holds now, under the directory's lock.
 func listingOf(f *FS, name string, is func(*listing) bool) bool {
+	return underDirLock(f, name, func(d *dirNode) bool { return is(d.listCache) })
+}
+
+// underDirLock asks is of the directory name, in the root, under its
+// lock (false when there is no such directory).
+func underDirLock(f *FS, name string, is func(*dirNode) bool) bool {
 	ch := f.root.GetChild(name)
 	if ch == nil {
 		return false
@@ -30,20 +36,13 @@ func listingOf(f *FS, name string, is func(*listing) bool) bool {
 	d := ch.Operations().(*dirNode)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return is(d.listCache)
+	return is(d)
 }
 
 // Relisting reports whether the directory name, in the root, is being
 // listed again now (relist).
 func Relisting(f *FS, name string) bool {
-	ch := f.root.GetChild(name)
-	if ch == nil {
-		return false
-	}
-	d := ch.Operations().(*dirNode)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.relisting != nil
+	return underDirLock(f, name, func(d *dirNode) bool { return d.relisting != nil })
 }
 
 // ClusterLookups is how many lookups by name make lookups cluster.
