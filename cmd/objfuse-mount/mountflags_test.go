@@ -21,7 +21,7 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 		volume.ParamStatTTL: "3s", volume.ParamListTTL: "4000ms", volume.ParamAsyncClose: "true",
 		volume.ParamBatchSmallUploads: "false", volume.ParamPartSizeMiB: "16", volume.ParamConcurrency: "7",
 		volume.ParamMemoryLimitMiB: "256", volume.ParamReadCacheMiB: "32", volume.ParamTakeover: "false",
-		volume.ParamCapacityBytes: "67108864",
+		volume.ParamCapacityBytes: "67108864", volume.ParamWritebackCache: "true",
 	}
 	want := func(c *serve.Config) map[string]bool {
 		return map[string]bool{
@@ -32,6 +32,7 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 			volume.ParamPartSizeMiB: c.FS.PartSize == 16<<20, volume.ParamConcurrency: c.FS.Concurrency == 7,
 			volume.ParamMemoryLimitMiB: c.FS.MemoryLimit == 256<<20, volume.ParamReadCacheMiB: c.FS.ReadCacheSize == 32<<20,
 			volume.ParamTakeover: !c.Takeover, volume.ParamCapacityBytes: c.FS.Capacity == 64<<20,
+			volume.ParamWritebackCache: c.FS.WritebackCache,
 		}
 	}
 	for _, o := range volume.MountOptionTable {
@@ -61,7 +62,7 @@ func TestEveryStorageClassOptionReachesTheFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.cfg.FS
-	if c.UID != uint32(os.Getuid()) || c.FileMode != 0o644 || c.StatTTL != time.Second || c.PartSize != 8<<20 || c.AsyncClose || o.cfg.S3.NoBatching {
+	if c.UID != uint32(os.Getuid()) || c.FileMode != 0o644 || c.StatTTL != time.Second || c.PartSize != 8<<20 || c.AsyncClose || c.WritebackCache || o.cfg.S3.NoBatching {
 		t.Errorf("defaults: %+v, batching off %v", c, o.cfg.S3.NoBatching)
 	}
 }
