@@ -61,6 +61,11 @@ type fileNode struct {
 	// open of this one fails with ESTALE, which has the kernel look the
 	// name up again and open that.
 	superseded bool
+	// diverged: under the writeback cache, a WRITE of pages the kernel
+	// held failed, so its size and pages of the inode hold bytes of no
+	// version. Like a superseded node, but for good: the store may still
+	// hold the node's version, and the inode must not be handed out again.
+	diverged bool
 	// shown is the version whose attributes the kernel was last told
 	// (see shownLocked); handles are the open ones.
 	shown   attrs
@@ -145,6 +150,9 @@ func (n *fileNode) refresh(a attrs) (stays bool) {
 		return true
 	}
 	n.takeAttrsLocked(a)
+	if n.diverged {
+		return false
+	}
 	// A listing older than what superseded the node still names its
 	// version: the node stays until the store is asked (Lookup).
 	return !n.superseded || a.etag == n.attr.etag
@@ -168,6 +176,13 @@ func (n *fileNode) currentAgain(e dirEntry) {
 // this mount did not write (see handle.pin); under the writeback cache
 // such a version supersedes the node instead, which keeps its own.
 func (n *fileNode) takeAttrsLocked(a attrs) {
+	// A node this mount stored without learning the ETag (a batch's)
+	// knows its size: another one is another version's.
+	unknownOther := n.attr.etag == "" && a.etag != "" && a.size != n.attr.size && n.stored
+	if unknownOther && n.fsys.opts.WritebackCache {
+		n.superseded, n.attrAt = true, time.Now()
+		return
+	}
 	if a.etag != n.attr.etag && a.etag != "" && n.attr.etag != "" && !n.ownVersion(a.etag) {
 		if n.fsys.opts.WritebackCache {
 			n.superseded, n.attrAt = true, time.Now()
@@ -185,7 +200,7 @@ var errSuperseded = errors.New("another client replaced the file: it is looked u
 // supersededLocked reports a node whose open must fail with ESTALE, so
 // that the kernel looks its name up again (see fileNode.superseded).
 func (n *fileNode) supersededLocked() bool {
-	return n.superseded && !n.local()
+	return (n.superseded || n.diverged) && !n.local()
 }
 
 // dropKernelCacheLater has the kernel drop its pages and attributes of

@@ -23,6 +23,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			errno = syscall.ENOSPC
 		}
 		n.upload.lose(fmt.Errorf("the kernel's write of %d bytes at %d: %w", len(data), off, errno))
+		n.diverged = true // its size and pages hold what the store never got
 		return 0, errno
 	}
 	return k, errno
@@ -141,7 +142,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		n := h.node
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.upload.takeOwed() != nil || n.upload.lostTo() != nil {
+		if lost := n.upload.lostTo(); lost != nil {
+			n.upload.takeOwed()
+			return lostErrno(lost)
+		}
+		if n.upload.takeOwed() != nil {
 			return syscall.EIO
 		}
 		if n.upload.pending() && !n.unlinked {

@@ -220,3 +220,31 @@ func TestWritebackCacheFailsAWriteThatFitsInPart(t *testing.T) {
 		t.Fatalf("the store holds %d of the %d bytes as f", got.Size, len(data))
 	}
 }
+
+// After a WRITE of pages the kernel held failed, the kernel's size of
+// the inode counts bytes the store never got. The name gets a new inode
+// (with the store's size) at its next lookup, so that a later append goes
+// at the store's end, not past a hole.
+func TestWritebackCacheDropsAnInodeWhoseWriteFailed(t *testing.T) {
+	st := memstore.New()
+	put(t, st, "pre", make([]byte, quotaMiB-16<<10))
+	put(t, st, "g", []byte("0123456789"))
+	dir := mountFS(t, st, fusefs.Options{WritebackCache: true, Capacity: quotaMiB, StatTTL: 100 * time.Millisecond, ListTTL: 100 * time.Millisecond})
+	path := filepath.Join(dir, "g")
+	if got, err := os.ReadFile(path); err != nil || string(got) != "0123456789" {
+		t.Fatalf("read: %q, %v", got, err)
+	}
+	if err := appendTo(path, make([]byte, 64<<10)); !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EIO) {
+		t.Fatalf("an append past the capacity: %v, want ENOSPC or EIO", err)
+	}
+	eventually(t, time.Minute, "the name to show the store's size", func() bool {
+		fi, err := os.Stat(path)
+		return err == nil && fi.Size() == 10
+	})
+	if err := appendTo(path, []byte("ab")); err != nil {
+		t.Fatalf("an append that fits: %v", err)
+	}
+	if got := string(stored(t, st, "g")); got != "0123456789ab" {
+		t.Fatalf("the store holds %q, want 0123456789ab", got)
+	}
+}

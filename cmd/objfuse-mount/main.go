@@ -143,6 +143,10 @@ Flags:
 		return nil, fmt.Errorf("--readahead-kib %d: want 4 to 65536", c.ReadaheadKiB)
 	}
 	takeMountOptions(c, mount)
+	if o.handoff != "" && c.Takeover && c.FS.WritebackCache {
+		// As a StorageClass is refused (volume.ParseMountOptions).
+		return nil, errors.New("--writeback-cache with --handoff needs --no-takeover: a successor cannot take over a connection whose kernel keeps its own file sizes")
+	}
 	c.FS.StagingLimit = *stagingMiB << 20
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })

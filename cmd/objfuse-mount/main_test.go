@@ -66,6 +66,7 @@ func TestBadInput(t *testing.T) {
 		{"bad file mode", []string{"--file-mode", "rw", bucket, mnt}, 2, "-file-mode: want octal permissions"},
 		{"bad readahead", []string{"--readahead-kib", "0", bucket, mnt}, 2, "--readahead-kib"},
 		{"no drain timeout", []string{"--drain-timeout", "0s", bucket, mnt}, 2, "--drain-timeout"},
+		{"writeback cache taken over", []string{"--handoff", filepath.Join(mnt, "sock"), "--writeback-cache", bucket}, 2, "needs --no-takeover"},
 		{"negative read cache", []string{"--read-cache-mib", "-1", bucket, mnt}, 2, "-read-cache-mib: want a whole number from 0"},
 		{"small part size", []string{"--part-size-mib", "1", bucket, mnt}, 2, "-part-size-mib: want a whole number from 5"},
 		{"mountpoint missing", []string{bucket, filepath.Join(mnt, "nope")}, 2, "no such file or directory"},
