@@ -152,16 +152,6 @@ var takeoverMounts = os.Getenv("OBJFUSE_TEST_TAKEOVER") == "1"
 // what a program sees must hold there too, or a test says how it differs.
 var writebackMounts = os.Getenv("OBJFUSE_TEST_WRITEBACK") == "1"
 
-// skipUnderWriteback skips a test of a handle moving to a version
-// another client wrote: under the writeback cache its read fails with
-// ESTALE instead, and the next open reads the new version
-// (TestWritebackCacheOpenAfterAReadFoundTheFileReplaced).
-func skipUnderWriteback(t *testing.T) {
-	if writebackMounts {
-		t.Skip("under the writeback cache a handle stays on its version: TestWritebackCacheOpenAfterAReadFoundTheFileReplaced")
-	}
-}
-
 // writebackStale reports a change that failed under the
 // writeback cache, having checked that the store still holds want (the
 // other client's version): the kernel keeps the inode's size, so a
