@@ -2,8 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -50,7 +48,7 @@ func (n *nodeServer) publishInline(ctx context.Context, req *csi.NodePublishVolu
 	st, err := n.state.load(req.GetVolumeId())
 	staged := err != nil
 	if staged {
-		uid, err := n.inlineMounter(ctx, req.GetVolumeId())
+		uid, err := n.awaitMounter(ctx, spec.Mounter{VolumeID: req.GetVolumeId(), NodeID: n.nodeID}, "this inline volume's")
 		if err != nil {
 			return nil, err
 		}
@@ -80,27 +78,4 @@ func (n *nodeServer) dropInline(ctx context.Context, st *stagedVolume) {
 	if err := n.unstage(ctx, st.VolumeID, st.Staging); err != nil {
 		n.log.Warn("unstage an inline volume whose publish failed", "volume", st.VolumeID, "err", err)
 	}
-}
-
-// inlineMounter waits (bounded) for the controller to start the mounter
-// of an inline volume on this node, and returns its pod's UID.
-func (n *nodeServer) inlineMounter(ctx context.Context, volumeID string) (string, error) {
-	m := spec.Mounter{VolumeID: volumeID, NodeID: n.nodeID}
-	wctx, cancel := context.WithTimeout(ctx, n.mounterWait)
-	defer cancel()
-	var uid string
-	var lastErr error
-	waitFor(wctx, 500*time.Millisecond, func() bool {
-		uid, lastErr = n.finder.PodUID(wctx, m)
-		return uid != ""
-	})
-	if uid != "" {
-		return uid, nil
-	}
-	why := "there is none yet"
-	if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
-		why = lastErr.Error()
-	}
-	return "", status.Errorf(codes.Unavailable, "the controller has not started this inline volume's mounter (pod %s in the driver's namespace): %s; the pod's Events say why, if it will not",
-		m.PodName(), why)
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -50,7 +51,17 @@ func (n *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 	uid := req.GetPublishContext()[PublishContextMounterUID]
 	if uid == "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q has no mounter on this node: publish context lacks %s (did ControllerPublishVolume run?)", req.GetVolumeId(), PublishContextMounterUID)
+		// attachRequired: false: kubelet stages without waiting for the
+		// attachment, which the controller makes when it sees the pod
+		// scheduled here (lifecycle/attach.go); its mounter is found by
+		// name once it runs.
+		if n.finder == nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q has no mounter on this node: publish context lacks %s (did ControllerPublishVolume run?) and the node plugin cannot reach the Kubernetes API to find one", req.GetVolumeId(), PublishContextMounterUID)
+		}
+		uid, err = n.awaitMounter(ctx, spec.Mounter{VolumeID: req.GetVolumeId(), NodeID: n.nodeID, Volume: v}, "this volume's")
+		if err != nil {
+			return nil, err
+		}
 	}
 	if _, err := spec.SocketOnNode(n.kubeletDir, uid); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "publish context: %v", err)
@@ -277,3 +288,30 @@ func (n *nodeServer) mounterFailure(ctx context.Context, st *stagedVolume) strin
 	}
 	return why
 }
+
+// awaitMounter waits (bounded) for the controller to start m's mounter
+// on this node, and returns its pod's UID; whose says whose mounter it
+// is in the error.
+func (n *nodeServer) awaitMounter(ctx context.Context, m spec.Mounter, whose string) (string, error) {
+	wctx, cancel := context.WithTimeout(ctx, n.mounterWait)
+	defer cancel()
+	var uid string
+	var lastErr error
+	waitFor(wctx, mounterPoll, func() bool {
+		uid, lastErr = n.finder.PodUID(wctx, m)
+		return uid != ""
+	})
+	if uid != "" {
+		return uid, nil
+	}
+	why := "there is none yet"
+	if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
+		why = lastErr.Error()
+	}
+	return "", status.Errorf(codes.Unavailable, "the controller has not started %s mounter (pod %s/%s): %s; the pod's Events say why, if it will not",
+		whose, m.NamespaceOr(n.finder.Namespace), m.PodName(), why)
+}
+
+// mounterPoll is how often a stage that waits for its mounter pod asks
+// for it: a pod start waits up to this much longer than the mounter.
+const mounterPoll = 200 * time.Millisecond

@@ -135,3 +135,46 @@ func TestStageSaysWhyItsMounterExited(t *testing.T) {
 		}
 	})
 }
+
+// With attachRequired: false kubelet stages with no publish context: the
+// stage finds the volume's mounter by name once the controller has made
+// it (here 300 ms later, crash-looping on keys S3 refuses, which the stage
+// then reports), and says that none came when none does.
+func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
+	const volID = "objfuse1|http://s3:9000|us-east-1|true|pvc-1|"
+	m := spec.MounterIn(volID, "node-a", "")
+	stage := func(t *testing.T, kc *fake.Clientset, wait time.Duration) *status.Status {
+		dir := t.TempDir()
+		d, err := driver.New(driver.Options{Mode: driver.ModeNode, NodeID: "node-a", KubeletDir: filepath.Join(dir, "kubelet"), StateDir: filepath.Join(dir, "state"),
+			Mounts: &mounts.Fake{}, KubeClient: kc, Namespace: "objfuse-system", MounterWait: wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = driver.Node(d).NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+			VolumeId: volID, StagingTargetPath: filepath.Join(dir, "staging"), VolumeCapability: mountCap()[0],
+		})
+		return status.Convert(err)
+	}
+	t.Run("made later", func(t *testing.T) {
+		kc := fake.NewSimpleClientset()
+		go func() {
+			time.Sleep(300 * time.Millisecond) // the controller, a little later than kubelet
+			kc.CoreV1().Pods("objfuse-system").Create(context.Background(), &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: "11111111-2222-3333-4444-555555555555", Annotations: map[string]string{spec.AnnotationVolume: volID}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+					Name:                 spec.Container,
+					State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "keys refused (InvalidAccessKeyId)"}},
+				}}},
+			}, metav1.CreateOptions{})
+		}()
+		if s := stage(t, kc, 20*time.Second); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "InvalidAccessKeyId") {
+			t.Fatalf("stage whose mounter came later and crashed: %v %q, want Unavailable with the mounter's reason", s.Code(), s.Message())
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		if s := stage(t, fake.NewSimpleClientset(), time.Second); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "has not started this volume's mounter") || !strings.Contains(s.Message(), m.PodName()) {
+			t.Fatalf("stage with no mounter: %v %q, want Unavailable naming the pod it waited for", s.Code(), s.Message())
+		}
+	})
+}

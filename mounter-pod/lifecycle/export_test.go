@@ -76,3 +76,13 @@ func MounterPodSeen(ctx context.Context, k *Kube, name string) bool {
 	}
 	return false
 }
+
+// AttachWatching says whether the watch of scheduled pods for their
+// volumes' attachments runs.
+func AttachWatching(k *Kube) bool { return k.attach.Load() != nil }
+
+// SyncAttachment syncs the attachment of PersistentVolume pv on node now,
+// on the running watch (Run's).
+func SyncAttachment(ctx context.Context, k *Kube, pv, node string) error {
+	return k.syncAttachment(ctx, k.attach.Load(), attachKey{pv: pv, node: node})
+}

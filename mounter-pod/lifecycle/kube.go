@@ -58,7 +58,11 @@ type Config struct {
 	// which namespaces' pods may declare which buckets, read at start for
 	// the namespaces to watch and again at each launch. "" allows none.
 	InlineAllowFile string
-	Logger          *slog.Logger
+	// DetachGrace is how long no pod on a node needs a PVC volume before
+	// the controller deletes its attachment (attach.go); 0 means
+	// detachGrace.
+	DetachGrace time.Duration
+	Logger      *slog.Logger
 }
 
 // Kube runs each mounter as a pod in Namespace and keeps it right.
@@ -75,6 +79,9 @@ type Kube struct {
 	// inline is the watch of pods that may declare inline volumes, once
 	// it runs (inline.go).
 	inline atomic.Pointer[inlineWatch]
+	// attach is the watch of scheduled pods for the attachments of their
+	// volumes, once it runs (attach.go).
+	attach atomic.Pointer[attachWatch]
 }
 
 var _ Launcher = (*Kube)(nil)
@@ -96,6 +103,9 @@ func NewKube(cfg Config) *Kube {
 	if cfg.CredentialsSyncEvery == 0 {
 		cfg.CredentialsSyncEvery = credentialsSyncEvery
 	}
+	if cfg.DetachGrace == 0 {
+		cfg.DetachGrace = detachGrace
+	}
 	if cfg.MounterCheckEvery == 0 {
 		cfg.MounterCheckEvery = mounterCheckEvery
 	}
@@ -114,7 +124,8 @@ const orphanCheckEvery = time.Minute
 
 // Run fills the cluster cache, then runs the periodic passes until ctx
 // ends: orphan collection, credentials sync and mounter relaunch; and
-// the mounters of inline volumes (inline.go).
+// the mounters of inline volumes (inline.go); and the attachments of PVC
+// volumes, where the CSIDriver leaves them to the driver (attach.go).
 func (k *Kube) Run(ctx context.Context) {
 	if err := k.startCache(ctx); err != nil {
 		k.Logger.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
@@ -131,6 +142,7 @@ func (k *Kube) Run(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { k.runInline(ctx) })
+	wg.Go(func() { k.runAttach(ctx) })
 	for _, p := range passes {
 		wg.Go(func() {
 			every(ctx, p.every, func() {

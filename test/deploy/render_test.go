@@ -235,6 +235,18 @@ func TestLeastRights(t *testing.T) {
 	if got := rules("Role/objfuse-system/objfuse-node"); !reflect.DeepEqual(got, []string{"pods:get", "pods:patch"}) {
 		t.Errorf("the node's Role in objfuse-system grants %q, want get and patch pods only", got)
 	}
+	// Cluster-wide, the controller watches pods (to attach the volumes of
+	// scheduled ones) but may not read one by name, make, change or
+	// delete one outside its namespace.
+	var podRights []string
+	for _, r := range rules("ClusterRole//objfuse-controller") {
+		if strings.HasPrefix(r, "pods:") {
+			podRights = append(podRights, r)
+		}
+	}
+	if !reflect.DeepEqual(podRights, []string{"pods:list", "pods:watch"}) {
+		t.Errorf("the controller's ClusterRole grants %q on pods, want list and watch only", podRights)
+	}
 	np := objs["NetworkPolicy/objfuse-system/objfuse-mounter"]
 	y, _ := yaml.Marshal(np["spec"])
 	want := `ingress:

@@ -1,0 +1,204 @@
+package lifecycle_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/objfuse/objfuse/mounter-pod/lifecycle"
+	"github.com/objfuse/objfuse/mounter-pod/spec"
+)
+
+// attachEnv is a fake cluster of one CSIDriver (attachRequired as
+// given), PersistentVolumes pv-1 and pv-2 of this driver bound to claims
+// c1 and c2 of namespace app, and a Kube running on it.
+type attachEnv struct {
+	kc      *fake.Clientset
+	k       *lifecycle.Kube
+	events  *record.FakeRecorder
+	mu      sync.Mutex
+	deletes []time.Time // of attachments, when they were asked
+}
+
+func newAttachEnv(t *testing.T, attachRequired bool, grace time.Duration, extra ...runtime.Object) *attachEnv {
+	t.Helper()
+	objs := []runtime.Object{
+		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(attachRequired)}},
+	}
+	for _, v := range []struct{ pv, claim string }{{"pv-1", "c1"}, {"pv-2", "c2"}} {
+		objs = append(objs,
+			&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: v.pv}, Spec: corev1.PersistentVolumeSpec{
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: "handle-" + v.pv}}}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.claim, Namespace: "app"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: v.pv}},
+		)
+	}
+	e := &attachEnv{kc: fake.NewSimpleClientset(append(objs, extra...)...), events: record.NewFakeRecorder(100)}
+	e.kc.PrependReactor("delete", "volumeattachments", func(k8stesting.Action) (bool, runtime.Object, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.deletes = append(e.deletes, time.Now())
+		return false, nil, nil
+	})
+	e.k = lifecycle.NewKube(lifecycle.Config{Client: e.kc, Namespace: ns, Driver: driverName, Template: spec.Template{Image: "objfuse:test"},
+		Events: e.events, DetachGrace: grace, Poll: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); e.k.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	poll(t, 10*time.Second, "the watch of scheduled pods running", func() bool { return lifecycle.AttachWatching(e.k) })
+	return e
+}
+
+// pod makes a pod of namespace app on node using claim (or, with
+// ephemeral, a generic ephemeral volume whose claim is <pod>-data).
+func (e *attachEnv) pod(t *testing.T, name, node, claim string, ephemeral bool) {
+	t.Helper()
+	v := corev1.Volume{Name: "data"}
+	if ephemeral {
+		v.Ephemeral = &corev1.EphemeralVolumeSource{}
+	} else {
+		v.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Volumes: []corev1.Volume{v}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if _, err := e.kc.CoreV1().Pods("app").Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *attachEnv) attachment(pv, node string) (*storagev1.VolumeAttachment, error) {
+	return e.kc.StorageV1().VolumeAttachments().Get(context.Background(), lifecycle.AttachmentName("handle-"+pv, driverName, node), metav1.GetOptions{})
+}
+
+func (e *attachEnv) deleted() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]time.Time(nil), e.deletes...)
+}
+
+// With attachRequired: false the controller makes the VolumeAttachment
+// Kubernetes names for (volume, node) as soon as a pod that uses the
+// volume is scheduled there (through a claim, or a generic ephemeral
+// volume's, bound before or after the pod is), tells the pods of an
+// attachment that failed why, keeps the attachment while another pod on
+// the node takes over the volume, and deletes it once no pod there has
+// needed it for the grace period.
+func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
+	const grace = 1500 * time.Millisecond
+	e := newAttachEnv(t, false, grace)
+	ctx := t.Context()
+
+	e.pod(t, "web-1", "node-a", "c1", false)
+	var va *storagev1.VolumeAttachment
+	poll(t, 10*time.Second, "the attachment of pv-1 on node-a made", func() bool {
+		var err error
+		va, err = e.attachment("pv-1", "node-a")
+		return err == nil
+	})
+	if va.Spec.Attacher != driverName || va.Spec.NodeName != "node-a" || ptr.Deref(va.Spec.Source.PersistentVolumeName, "") != "pv-1" {
+		t.Fatalf("attachment %+v, want pv-1 on node-a by %s", va.Spec, driverName)
+	}
+
+	// csi-attacher's ControllerPublishVolume failed: the pod is told why.
+	va.Status.AttachError = &storagev1.VolumeError{Message: "mounter pod objfuse-mounter-x: not scheduled: Insufficient memory"}
+	if _, err := e.kc.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "an Event on the pod saying why its volume is not attached", func() bool {
+		select {
+		case ev := <-e.events.Events:
+			return strings.Contains(ev, "FailedAttachVolume") && strings.Contains(ev, "Insufficient memory")
+		default:
+			return false
+		}
+	})
+
+	// A rollout: the pod replaced on the same node within the grace.
+	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pod(t, "web-2", "node-a", "c1", false)
+	// Another volume's pod on another node, and a generic ephemeral
+	// volume whose claim is made (bound) only after its pod is scheduled.
+	e.pod(t, "other", "node-b", "c2", false)
+	e.pod(t, "eph", "node-c", "", true)
+	if _, err := e.kc.CoreV1().PersistentVolumeClaims("app").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "eph-data", Namespace: "app"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-2"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"node-b", "node-c"} {
+		poll(t, 10*time.Second, "the attachment of pv-2 on "+node+" made", func() bool {
+			_, err := e.attachment("pv-2", node)
+			return err == nil
+		})
+	}
+	// Past the grace of web-1's deletion, web-2 still holds the volume.
+	web1Gone := time.Now()
+	for time.Since(web1Gone) < 2*grace {
+		if err := lifecycle.SyncAttachment(ctx, e.k, "pv-1", "node-a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.attachment("pv-1", "node-a"); err != nil {
+			t.Fatalf("the attachment went while pod web-2 on the node uses the volume: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // a pacing of the checks, not a synchronisation
+	}
+
+	// The last pod finishes: its volume goes after the grace.
+	p, err := e.kc.CoreV1().Pods("app").Get(ctx, "web-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := e.kc.CoreV1().Pods("app").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	finished := time.Now()
+	poll(t, 10*time.Second, "the attachment of pv-1 on node-a deleted", func() bool {
+		_, err := e.attachment("pv-1", "node-a")
+		return apierrors.IsNotFound(err)
+	})
+	if d := e.deleted(); len(d) != 1 || d[0].Sub(finished) < grace {
+		t.Fatalf("attachments deleted at %v, want one, at least %v after the last pod finished (%v)", d, grace, finished)
+	}
+	if _, err := e.attachment("pv-2", "node-b"); err != nil {
+		t.Fatalf("an attachment another pod uses went too: %v", err)
+	}
+}
+
+// Where the CSIDriver says attachRequired: true, Kubernetes' attach/detach
+// controller attaches: the controller makes and deletes no attachment.
+func TestTheControllerLeavesAttachingToKubernetesWhenTheCSIDriverAsks(t *testing.T) {
+	// Past the grace at once: a sync that may detach would. One
+	// attachment the attach/detach controller made, no pod needing it.
+	e := newAttachEnv(t, true, time.Nanosecond, &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: lifecycle.AttachmentName("handle-pv-2", driverName, "node-b")},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driverName, NodeName: "node-b", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-2")}},
+	})
+	ctx := t.Context()
+	e.pod(t, "web", "node-a", "c1", false)
+	for _, key := range [][2]string{{"pv-1", "node-a"}, {"pv-2", "node-b"}} {
+		if err := lifecycle.SyncAttachment(ctx, e.k, key[0], key[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.attachment("pv-1", "node-a"); !apierrors.IsNotFound(err) {
+		t.Fatalf("an attachment made under attachRequired: true: %v", err)
+	}
+	if d := e.deleted(); len(d) != 0 {
+		t.Fatalf("attachments deleted under attachRequired: true: %v", d)
+	}
+}
