@@ -110,8 +110,23 @@ func (k *Kube) runAttach(ctx context.Context) {
 			}
 		}
 	}
+	// A pod that went or finished may have taken its claims with it (a
+	// namespace deleted): every attachment on its node is looked at.
+	podGone := func(obj any) {
+		if pod := podOf(obj); pod != nil {
+			podEvent(pod)
+			k.enqueueAttachmentsOn(w, pod.Spec.NodeName)
+		}
+	}
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: podEvent, UpdateFunc: func(_, obj any) { podEvent(obj) }, DeleteFunc: podEvent,
+		AddFunc: podEvent, DeleteFunc: podGone,
+		UpdateFunc: func(_, obj any) {
+			if pod := podOf(obj); pod != nil && finished(pod) {
+				podGone(pod)
+				return
+			}
+			podEvent(obj)
+		},
 	}); err != nil {
 		k.Logger.Error("attachments: watch pods", "err", err)
 		return
@@ -160,6 +175,19 @@ func (k *Kube) enqueueAttachments(w *attachWatch) {
 	}
 	for _, va := range vas {
 		k.attachmentChanged(w, va)
+	}
+}
+
+// enqueueAttachmentsOn queues every attachment of the driver on node.
+func (k *Kube) enqueueAttachmentsOn(w *attachWatch, node string) {
+	vas, err := k.cache.vas.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, va := range vas {
+		if va.Spec.NodeName == node {
+			k.attachmentChanged(w, va)
+		}
 	}
 }
 

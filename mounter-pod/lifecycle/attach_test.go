@@ -177,6 +177,20 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 	if _, err := e.attachment("pv-2", "node-b"); err != nil {
 		t.Fatalf("an attachment another pod uses went too: %v", err)
 	}
+
+	// A pod that goes with its claim (its namespace deleted): its
+	// attachment goes within the grace, not only at the next resync of
+	// every attachment (30 s).
+	if err := e.kc.CoreV1().PersistentVolumeClaims("app").Delete(ctx, "eph-data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "eph", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the attachment of pv-2 on node-c deleted", func() bool {
+		_, err := e.attachment("pv-2", "node-c")
+		return apierrors.IsNotFound(err)
+	})
 }
 
 // Where the CSIDriver says attachRequired: true, Kubernetes' attach/detach
