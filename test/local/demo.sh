@@ -99,6 +99,11 @@ k apply -f "$crds/snapshot.storage.k8s.io_volumesnapshotclasses.yaml" -f "$crds/
 k wait --for condition=established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
   crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >&2
 existed=$(k -n objfuse-system get deployment/objfuse-controller daemonset/objfuse-node -o name 2>/dev/null || true)
+# attachRequired is immutable: a CSIDriver of an objfuse that let
+# Kubernetes attach (true) goes first (README, "How long a pod waits").
+if [ "$(k get csidriver objfuse.csi.io -o 'jsonpath={.spec.attachRequired}' 2>/dev/null)" = true ]; then
+  k delete csidriver objfuse.csi.io >&2
+fi
 k apply -k "$OVERLAY" >&2
 if [ -n "$existed" ]; then
   # Same tag, new image: restart the driver's pods so they run it.
