@@ -281,10 +281,14 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 		return nil
 	}
 	err = k.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &va.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	w.forgetUnneeded(key)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or made again meanwhile
+	}
+	if err != nil {
 		return fmt.Errorf("delete attachment %s: %w", va.Name, err)
 	}
-	w.forgetUnneeded(key)
+	k.metrics.detaches.Inc()
 	k.Logger.Info("detaching: no pod on the node uses the volume", "pv", key.pv, "node", key.node, "attachment", va.Name)
 	return nil
 }
@@ -306,6 +310,7 @@ func (k *Kube) attachFor(ctx context.Context, w *attachWatch, name string, key a
 		if err != nil {
 			return fmt.Errorf("create attachment %s: %w", name, err)
 		}
+		k.metrics.attaches.Inc()
 		k.Logger.Info("attaching: a pod on the node uses the volume", "pv", key.pv, "node", key.node, "pod", users[0].Namespace+"/"+users[0].Name, "attachment", name)
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -191,6 +192,19 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 		_, err := e.attachment("pv-2", "node-c")
 		return apierrors.IsNotFound(err)
 	})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e.k)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	if got["objfuse_volume_attachments_made_total"] != 3 || got["objfuse_volume_attachments_deleted_total"] != 2 {
+		t.Errorf("attachments made %v and deleted %v, want 3 and 2", got["objfuse_volume_attachments_made_total"], got["objfuse_volume_attachments_deleted_total"])
+	}
 }
 
 // Where the CSIDriver says attachRequired: true, Kubernetes' attach/detach

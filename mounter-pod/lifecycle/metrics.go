@@ -9,6 +9,9 @@ type metrics struct {
 	credentialUpdates prometheus.Counter
 	// relaunches counts mounter pods started again for attached volumes.
 	relaunches prometheus.Counter
+	// attaches and detaches count the VolumeAttachments the controller
+	// made and deleted for scheduled pods (attach.go).
+	attaches, detaches prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -22,11 +25,17 @@ func newMetrics() *metrics {
 		credentialUpdates: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "objfuse", Name: "mounter_credential_updates_total", Help: "Mounter credential Secrets updated after their source Secret changed.",
 		}),
+		attaches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "volume_attachments_made_total", Help: "VolumeAttachments the controller made for a pod scheduled on a node that uses the volume.",
+		}),
+		detaches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "objfuse", Name: "volume_attachments_deleted_total", Help: "VolumeAttachments the controller deleted once no pod on their node had used the volume for the detach grace.",
+		}),
 	}
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.orphans, m.credentialUpdates, m.relaunches}
+	return []prometheus.Collector{m.orphans, m.credentialUpdates, m.relaunches, m.attaches, m.detaches}
 }
 
 // Describe and Collect make Kube a prometheus.Collector of its passes'
