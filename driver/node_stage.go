@@ -291,18 +291,27 @@ func (n *nodeServer) mounterFailure(ctx context.Context, st *stagedVolume) strin
 
 // awaitMounter waits (bounded) for the controller to start m's mounter
 // on this node, and returns its pod's UID; whose says whose mounter it
-// is in the error.
+// is in the error. It waits half of mounterWait: with the socket's wait
+// after it (mounterWait), a stage still ends before kubelet's deadline
+// for it (2 minutes, the default mounterWait 1). It asks again after
+// 0.1 s, then less often (up to every second): many stages at once
+// share the node plugin's API rate limit.
 func (n *nodeServer) awaitMounter(ctx context.Context, m spec.Mounter, whose string) (string, error) {
-	wctx, cancel := context.WithTimeout(ctx, n.mounterWait)
+	wctx, cancel := context.WithTimeout(ctx, n.mounterWait/2)
 	defer cancel()
-	var uid string
 	var lastErr error
-	waitFor(wctx, mounterPoll, func() bool {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		var uid string
 		uid, lastErr = n.finder.PodUID(wctx, m)
-		return uid != ""
-	})
-	if uid != "" {
-		return uid, nil
+		if uid != "" {
+			return uid, nil
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(delay):
+			continue
+		}
+		break
 	}
 	why := "there is none yet"
 	if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
@@ -311,7 +320,3 @@ func (n *nodeServer) awaitMounter(ctx context.Context, m spec.Mounter, whose str
 	return "", status.Errorf(codes.Unavailable, "the controller has not started %s mounter (pod %s/%s): %s; the pod's Events say why, if it will not",
 		whose, m.NamespaceOr(n.finder.Namespace), m.PodName(), why)
 }
-
-// mounterPoll is how often a stage that waits for its mounter pod asks
-// for it: a pod start waits up to this much longer than the mounter.
-const mounterPoll = 200 * time.Millisecond

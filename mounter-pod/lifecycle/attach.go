@@ -80,6 +80,16 @@ type attachWatch struct {
 	mu       sync.Mutex
 	unneeded map[attachKey]time.Time
 	grace    time.Duration
+	// told is what was last told of each attachment, and when.
+	told map[attachKey]told
+	// pvLocks: PersistentVolume name → *sync.Mutex, held while deciding
+	// whether a single-node volume may be attached to another node.
+	pvLocks sync.Map
+}
+
+type told struct {
+	msg string
+	at  time.Time
 }
 
 // runAttach keeps the attachments of PVC volumes what the scheduled pods
@@ -100,7 +110,7 @@ func (k *Kube) runAttach(ctx context.Context) {
 		pods: podInf.GetIndexer(), claims: f.Core().V1().PersistentVolumeClaims().Lister(),
 		csiDrivers: f.Storage().V1().CSIDrivers().Lister(),
 		queue:      workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[attachKey]()),
-		unneeded:   map[attachKey]time.Time{}, grace: k.DetachGrace,
+		unneeded:   map[attachKey]time.Time{}, grace: k.DetachGrace, told: map[attachKey]told{},
 	}
 	defer w.queue.ShutDown()
 	podEvent := func(obj any) {
@@ -269,10 +279,14 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 	}
 	if len(users) > 0 {
 		w.forgetUnneeded(key)
-		return k.attachFor(ctx, w, name, key, users)
+		return k.attachFor(ctx, w, pv, name, key, users)
 	}
 	va, ok := k.cachedAttachment(key, name)
-	if !ok || va.DeletionTimestamp != nil {
+	if !ok {
+		w.forget(key)
+		return nil
+	}
+	if va.DeletionTimestamp != nil {
 		w.forgetUnneeded(key)
 		return nil
 	}
@@ -281,12 +295,12 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 		return nil
 	}
 	err = k.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &va.UID}})
-	w.forgetUnneeded(key)
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone, or made again meanwhile
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete attachment %s: %w", va.Name, err) // retried, past the grace still
 	}
+	w.forgetUnneeded(key)
 	if err != nil {
-		return fmt.Errorf("delete attachment %s: %w", va.Name, err)
+		return nil // gone, or made again meanwhile
 	}
 	k.metrics.detaches.Inc()
 	k.Logger.Info("detaching: no pod on the node uses the volume", "pv", key.pv, "node", key.node, "attachment", va.Name)
@@ -295,9 +309,24 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 
 // attachFor makes the attachment name of key, which users need, or tells
 // them why the one there does not serve.
-func (k *Kube) attachFor(ctx context.Context, w *attachWatch, name string, key attachKey, users []*corev1.Pod) error {
+func (k *Kube) attachFor(ctx context.Context, w *attachWatch, pv *corev1.PersistentVolume, name string, key attachKey, users []*corev1.Pod) error {
 	va, err := k.cache.vas.Get(name)
 	if apierrors.IsNotFound(err) {
+		// One node at a time decides for a single-node volume.
+		l, _ := w.pvLocks.LoadOrStore(key.pv, &sync.Mutex{})
+		l.(*sync.Mutex).Lock()
+		defer l.(*sync.Mutex).Unlock()
+		other, err := k.attachedElsewhere(ctx, pv, key)
+		if err != nil {
+			return err
+		}
+		if other != "" {
+			// As Kubernetes' attach/detach controller: a volume no
+			// access mode lets more than one node use stays on one.
+			w.tell(k, key, users, fmt.Sprintf("Multi-Attach error for volume %s: its access modes %v allow one node, and it is attached to node %s; it is attached here once it leaves that node", key.pv, pv.Spec.AccessModes, other))
+			w.queue.AddAfter(key, attachRetry)
+			return nil
+		}
 		want := &storagev1.VolumeAttachment{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: storagev1.VolumeAttachmentSpec{Attacher: k.Driver, NodeName: key.node,
@@ -324,11 +353,51 @@ func (k *Kube) attachFor(ctx context.Context, w *attachWatch, name string, key a
 		return nil
 	}
 	if e := va.Status.AttachError; e != nil && !va.Status.Attached {
-		for _, p := range users {
-			k.Events.Eventf(p, corev1.EventTypeWarning, "FailedAttachVolume", "objfuse volume %s: its mounter on node %s did not start: %s", key.pv, key.node, e.Message)
-		}
+		w.tell(k, key, users, fmt.Sprintf("objfuse volume %s: its mounter on node %s did not start: %s", key.pv, key.node, e.Message))
 	}
 	return nil
+}
+
+// attachedElsewhere names the node another attachment of pv is on, where
+// pv's access modes allow only one node; "" where they allow several, or
+// there is none. It asks the API, not the cache, which may not hold an
+// attachment just made for another node.
+func (k *Kube) attachedElsewhere(ctx context.Context, pv *corev1.PersistentVolume, key attachKey) (string, error) {
+	for _, m := range pv.Spec.AccessModes {
+		if m == corev1.ReadWriteMany || m == corev1.ReadOnlyMany {
+			return "", nil
+		}
+	}
+	list, err := k.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list attachments: %w", err)
+	}
+	for _, va := range list.Items {
+		if src := va.Spec.Source.PersistentVolumeName; va.Spec.Attacher == k.Driver && src != nil && *src == key.pv && va.Spec.NodeName != key.node {
+			return va.Spec.NodeName, nil
+		}
+	}
+	return "", nil
+}
+
+// toldAgain is how soon the same news of an attachment is told again.
+const toldAgain = time.Minute
+
+// tell records msg as a FailedAttachVolume Event on the pods users, where
+// it is news: not told of key within toldAgain (the watch looks at an
+// attachment on every change of its pods and every attachResync).
+func (w *attachWatch) tell(k *Kube, key attachKey, users []*corev1.Pod, msg string) {
+	w.mu.Lock()
+	last, ok := w.told[key]
+	if ok && last.msg == msg && time.Since(last.at) < toldAgain {
+		w.mu.Unlock()
+		return
+	}
+	w.told[key] = told{msg: msg, at: time.Now()}
+	w.mu.Unlock()
+	for _, p := range users {
+		k.Events.Event(p, corev1.EventTypeWarning, "FailedAttachVolume", msg)
+	}
 }
 
 // cachedAttachment is key's attachment in the cache, by name or, for a
@@ -403,6 +472,14 @@ func (w *attachWatch) forgetUnneeded(key attachKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.unneeded, key)
+}
+
+// forget drops what the watch keeps of key, once its attachment is gone.
+func (w *attachWatch) forget(key attachKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.unneeded, key)
+	delete(w.told, key)
 }
 
 // claimsOf names the claims pod's volumes use: its PVCs, and those of

@@ -24,8 +24,9 @@ import (
 )
 
 // attachEnv is a fake cluster of one CSIDriver (attachRequired as
-// given), PersistentVolumes pv-1 and pv-2 of this driver bound to claims
-// c1 and c2 of namespace app, and a Kube running on it.
+// given), PersistentVolumes pv-1 and pv-2 (ReadWriteMany) and pv-3
+// (ReadWriteOnce) of this driver bound to claims c1, c2 and c3 of
+// namespace app, and a Kube running on it.
 type attachEnv struct {
 	kc      *fake.Clientset
 	k       *lifecycle.Kube
@@ -39,9 +40,13 @@ func newAttachEnv(t *testing.T, attachRequired bool, grace time.Duration, extra 
 	objs := []runtime.Object{
 		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(attachRequired)}},
 	}
-	for _, v := range []struct{ pv, claim string }{{"pv-1", "c1"}, {"pv-2", "c2"}} {
+	for _, v := range []struct {
+		pv, claim string
+		mode      corev1.PersistentVolumeAccessMode
+	}{{"pv-1", "c1", corev1.ReadWriteMany}, {"pv-2", "c2", corev1.ReadWriteMany}, {"pv-3", "c3", corev1.ReadWriteOnce}} {
 		objs = append(objs,
 			&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: v.pv}, Spec: corev1.PersistentVolumeSpec{
+				AccessModes:            []corev1.PersistentVolumeAccessMode{v.mode},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: "handle-" + v.pv}}}},
 			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.claim, Namespace: "app"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: v.pv}},
 		)
@@ -228,5 +233,78 @@ func TestTheControllerLeavesAttachingToKubernetesWhenTheCSIDriverAsks(t *testing
 	}
 	if d := e.deleted(); len(d) != 0 {
 		t.Fatalf("attachments deleted under attachRequired: true: %v", d)
+	}
+}
+
+// As Kubernetes' attach/detach controller does, a volume whose access
+// modes allow one node is attached to one node at a time: a pod on a
+// second node is told why it waits, and its node gets the volume once
+// the first node's attachment is gone.
+func TestASingleNodeVolumeIsAttachedToOneNodeAtATime(t *testing.T) {
+	e := newAttachEnv(t, false, 200*time.Millisecond)
+	ctx := t.Context()
+	e.pod(t, "first", "node-a", "c3", false)
+	poll(t, 10*time.Second, "the attachment of pv-3 on node-a made", func() bool {
+		_, err := e.attachment("pv-3", "node-a")
+		return err == nil
+	})
+	e.pod(t, "second", "node-b", "c3", false)
+	poll(t, 10*time.Second, "a Multi-Attach Event on the second pod", func() bool {
+		select {
+		case ev := <-e.events.Events:
+			return strings.Contains(ev, "Multi-Attach error") && strings.Contains(ev, "node-a")
+		default:
+			return false
+		}
+	})
+	if _, err := e.attachment("pv-3", "node-b"); !apierrors.IsNotFound(err) {
+		t.Fatalf("a ReadWriteOnce volume attached to a second node: %v", err)
+	}
+	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "pv-3 attached to node-b once node-a's attachment is gone", func() bool {
+		_, errA := e.attachment("pv-3", "node-a")
+		_, errB := e.attachment("pv-3", "node-b")
+		return apierrors.IsNotFound(errA) && errB == nil
+	})
+}
+
+// ControllerUnpublishVolume (Stop) keeps a mounter that a pod on its node
+// still uses: the controller deletes an attachment from its cache, which
+// may lag behind a pod just scheduled there whose stage found the
+// mounter by name. Once that pod finishes, the mounter goes.
+func TestStopKeepsAMounterAPodOnItsNodeUses(t *testing.T) {
+	e := newAttachEnv(t, false, time.Hour, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+	ctx := t.Context()
+	m := spec.Mounter{VolumeID: "handle-pv-1", NodeID: "node-a"}
+	pod, err := spec.Template{Image: "objfuse:test"}.Pod(m, ns, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pod(t, "web", "node-a", "c1", false)
+	if err := e.k.Stop(ctx, m); err == nil || !strings.Contains(err.Error(), "app/web") {
+		t.Fatalf("stop of a mounter pod app/web uses: %v, want an error naming it", err)
+	}
+	if _, err := e.kc.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the mounter pod a pod uses was deleted: %v", err)
+	}
+	web, err := e.kc.CoreV1().Pods("app").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.Status.Phase = corev1.PodSucceeded
+	if _, err := e.kc.CoreV1().Pods("app").UpdateStatus(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.k.Stop(ctx, m); err != nil {
+		t.Fatalf("stop once no pod uses the volume: %v", err)
+	}
+	if _, err := e.kc.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the mounter pod after its stop: %v", err)
 	}
 }

@@ -127,9 +127,19 @@ const orphanCheckEvery = time.Minute
 // the mounters of inline volumes (inline.go); and the attachments of PVC
 // volumes, where the CSIDriver leaves them to the driver (attach.go).
 func (k *Kube) Run(ctx context.Context) {
-	if err := k.startCache(ctx); err != nil {
-		k.Logger.Error("cluster cache; no orphan collection, credentials sync or mounter relaunch", "err", err)
-		return
+	// Until the cache fills, no scheduled pod's volume is attached: a
+	// brief API error at start must not leave it so until a restart.
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		err := k.startCache(ctx)
+		if err == nil {
+			break
+		}
+		k.Logger.Error("cluster cache, retried: until it fills, no volume is attached for scheduled pods and no orphan collection, credentials sync or mounter relaunch runs", "err", err, "retry", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
 	}
 	passes := []struct {
 		every time.Duration

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
@@ -18,7 +19,18 @@ import (
 // ControllerUnpublishVolume does not say where the volume's mounters
 // run: its PersistentVolume does, and where that is gone, the mounter is
 // looked for in each namespace mounters may run in.
+//
+// A mounter that a pod on its node still uses is kept (an error, which
+// csi-attacher retries): the controller deletes an attachment from a
+// cache that may lag behind a pod just scheduled there, whose stage then
+// found the mounter by name.
 func (k *Kube) Stop(ctx context.Context, m spec.Mounter) error {
+	if user, err := k.userOn(ctx, m); err != nil || user != "" {
+		if err != nil {
+			return fmt.Errorf("look for pods that use the volume on node %s: %w", m.NodeID, err)
+		}
+		return fmt.Errorf("pod %s on node %s uses the volume: its mounter is kept until no pod there does", user, m.NodeID)
+	}
 	defer k.lock(m)()
 	namespaces := k.namespaces()
 	if ns, ok := k.mounterNamespace(m); ok {
@@ -104,21 +116,59 @@ func (k *Kube) mounterNamespace(m spec.Mounter) (string, bool) {
 	if m.Volume.Mounter.Namespace != "" {
 		return m.Volume.Mounter.Namespace, true
 	}
-	if k.cache == nil {
+	pv := k.persistentVolumeOf(m.VolumeID)
+	if pv == nil {
 		return "", false
 	}
-	pvs, err := k.cache.pvs.List(labels.Everything())
+	v, err := k.volumeOf(pv.Spec.CSI)
 	if err != nil {
 		return "", false
 	}
-	for _, pv := range pvs {
-		if c := pv.Spec.CSI; c != nil && c.Driver == k.Driver && c.VolumeHandle == m.VolumeID {
-			v, err := k.volumeOf(c)
-			if err != nil {
-				return "", false
+	return spec.Mounter{Volume: v}.NamespaceOr(k.Namespace), true
+}
+
+// userOn names a pod on m's node, not finished, that uses m's volume
+// through a claim; "" when there is none, the volume has no
+// PersistentVolume here, or the node is gone (its pods never finish).
+func (k *Kube) userOn(ctx context.Context, m spec.Mounter) (string, error) {
+	pv := k.persistentVolumeOf(m.VolumeID)
+	if pv == nil || k.nodeGone(ctx, m.NodeID) {
+		return "", nil
+	}
+	pods, err := k.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", m.NodeID).String(),
+	})
+	if err != nil {
+		return "", err
+	}
+	for _, pod := range pods.Items {
+		if pod.Spec.NodeName != m.NodeID || finished(&pod) {
+			continue
+		}
+		for _, claim := range claimsOf(&pod) {
+			pvc, err := k.Client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+			if err == nil && pvc.Spec.VolumeName == pv.Name {
+				return pod.Namespace + "/" + pod.Name, nil
 			}
-			return spec.Mounter{Volume: v}.NamespaceOr(k.Namespace), true
 		}
 	}
-	return "", false
+	return "", nil
+}
+
+// persistentVolumeOf is the cached PersistentVolume of this driver whose
+// volume handle is id; nil when there is none or no cache.
+func (k *Kube) persistentVolumeOf(id string) *corev1.PersistentVolume {
+	if k.cache == nil {
+		return nil
+	}
+	pvs, err := k.cache.pvs.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	for _, pv := range pvs {
+		if c := pv.Spec.CSI; c != nil && c.Driver == k.Driver && c.VolumeHandle == id {
+			return pv
+		}
+	}
+	return nil
 }
