@@ -293,7 +293,7 @@ func (n *nodeServer) mounterFailure(ctx context.Context, st *stagedVolume) strin
 // on this node, and returns its pod's UID; whose says whose mounter it
 // is in the error. It waits half of mounterWait: with the socket's wait
 // after it (mounterWait), a stage still ends before kubelet's deadline
-// for it (2 minutes, the default mounterWait 1). It asks again after
+// for it (2 minutes; mounterWait is 1 by default). It asks again after
 // 0.1 s, then less often (up to every second): many stages at once
 // share the node plugin's API rate limit.
 func (n *nodeServer) awaitMounter(ctx context.Context, m spec.Mounter, whose string) (string, error) {
