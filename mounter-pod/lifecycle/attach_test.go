@@ -308,3 +308,54 @@ func TestStopKeepsAMounterAPodOnItsNodeUses(t *testing.T) {
 		t.Fatalf("the mounter pod after its stop: %v", err)
 	}
 }
+
+// An attachment being deleted (csi-attacher's finalizer holds it while
+// its mounter drains) that a pod arriving on its node needs again is
+// made anew once it is gone.
+func TestAPodArrivingWhileItsAttachmentGoesGetsANewOne(t *testing.T) {
+	e := newAttachEnv(t, false, 200*time.Millisecond)
+	ctx := t.Context()
+	vaResource := storagev1.SchemeGroupVersion.WithResource("volumeattachments")
+	// As csi-attacher: a finalizer on each attachment, so that a delete
+	// only marks it.
+	e.kc.PrependReactor("create", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		va := a.(k8stesting.CreateAction).GetObject().(*storagev1.VolumeAttachment)
+		va.Finalizers = []string{"external-attacher/objfuse-csi-io"}
+		return false, nil, nil
+	})
+	e.kc.PrependReactor("delete", "volumeattachments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj, err := e.kc.Tracker().Get(vaResource, "", a.(k8stesting.DeleteAction).GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		va := obj.(*storagev1.VolumeAttachment)
+		if len(va.Finalizers) == 0 {
+			return false, nil, nil
+		}
+		va.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		return true, nil, e.kc.Tracker().Update(vaResource, va, "")
+	})
+	e.pod(t, "web-1", "node-a", "c1", false)
+	var first *storagev1.VolumeAttachment
+	poll(t, 10*time.Second, "the attachment made", func() bool {
+		var err error
+		first, err = e.attachment("pv-1", "node-a")
+		return err == nil
+	})
+	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the attachment being deleted", func() bool {
+		va, err := e.attachment("pv-1", "node-a")
+		return err == nil && va.DeletionTimestamp != nil
+	})
+	e.pod(t, "web-2", "node-a", "c1", false)
+	// csi-attacher's ControllerUnpublishVolume done: the finalizer goes.
+	if err := e.kc.Tracker().Delete(vaResource, "", first.Name); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the attachment made anew for web-2", func() bool {
+		va, err := e.attachment("pv-1", "node-a")
+		return err == nil && va.DeletionTimestamp == nil
+	})
+}
