@@ -85,6 +85,32 @@ func (e *attachEnv) pod(t *testing.T, name, node, claim string, ephemeral bool) 
 	}
 }
 
+// finish marks pod name of namespace app Succeeded, as kubelet does once
+// its containers ended.
+func (e *attachEnv) finish(t *testing.T, name string) {
+	t.Helper()
+	p, err := e.kc.CoreV1().Pods("app").Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := e.kc.CoreV1().Pods("app").UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// attached waits for the attachment of pv on node and returns it.
+func (e *attachEnv) attached(t *testing.T, pv, node string) *storagev1.VolumeAttachment {
+	t.Helper()
+	var va *storagev1.VolumeAttachment
+	poll(t, 10*time.Second, "the attachment of "+pv+" on "+node+" made", func() bool {
+		var err error
+		va, err = e.attachment(pv, node)
+		return err == nil
+	})
+	return va
+}
+
 func (e *attachEnv) attachment(pv, node string) (*storagev1.VolumeAttachment, error) {
 	return e.kc.StorageV1().VolumeAttachments().Get(context.Background(), lifecycle.AttachmentName("handle-"+pv, driverName, node), metav1.GetOptions{})
 }
@@ -108,12 +134,7 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 	ctx := t.Context()
 
 	e.pod(t, "web-1", "node-a", "c1", false)
-	var va *storagev1.VolumeAttachment
-	poll(t, 10*time.Second, "the attachment of pv-1 on node-a made", func() bool {
-		var err error
-		va, err = e.attachment("pv-1", "node-a")
-		return err == nil
-	})
+	va := e.attached(t, "pv-1", "node-a")
 	if va.Spec.Attacher != driverName || va.Spec.NodeName != "node-a" || ptr.Deref(va.Spec.Source.PersistentVolumeName, "") != "pv-1" {
 		t.Fatalf("attachment %+v, want pv-1 on node-a by %s", va.Spec, driverName)
 	}
@@ -146,10 +167,7 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, node := range []string{"node-b", "node-c"} {
-		poll(t, 10*time.Second, "the attachment of pv-2 on "+node+" made", func() bool {
-			_, err := e.attachment("pv-2", node)
-			return err == nil
-		})
+		e.attached(t, "pv-2", node)
 	}
 	// Past the grace of web-1's deletion, web-2 still holds the volume.
 	web1Gone := time.Now()
@@ -164,14 +182,7 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 	}
 
 	// The last pod finishes: its volume goes after the grace.
-	p, err := e.kc.CoreV1().Pods("app").Get(ctx, "web-2", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodSucceeded
-	if _, err := e.kc.CoreV1().Pods("app").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.finish(t, "web-2")
 	finished := time.Now()
 	poll(t, 10*time.Second, "the attachment of pv-1 on node-a deleted", func() bool {
 		_, err := e.attachment("pv-1", "node-a")
@@ -244,10 +255,7 @@ func TestASingleNodeVolumeIsAttachedToOneNodeAtATime(t *testing.T) {
 	e := newAttachEnv(t, false, 200*time.Millisecond)
 	ctx := t.Context()
 	e.pod(t, "first", "node-a", "c3", false)
-	poll(t, 10*time.Second, "the attachment of pv-3 on node-a made", func() bool {
-		_, err := e.attachment("pv-3", "node-a")
-		return err == nil
-	})
+	e.attached(t, "pv-3", "node-a")
 	e.pod(t, "second", "node-b", "c3", false)
 	poll(t, 10*time.Second, "a Multi-Attach Event on the second pod", func() bool {
 		select {
@@ -293,14 +301,7 @@ func TestStopKeepsAMounterAPodOnItsNodeUses(t *testing.T) {
 	if _, err := e.kc.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the mounter pod a pod uses was deleted: %v", err)
 	}
-	web, err := e.kc.CoreV1().Pods("app").Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	web.Status.Phase = corev1.PodSucceeded
-	if _, err := e.kc.CoreV1().Pods("app").UpdateStatus(ctx, web, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.finish(t, "web")
 	if err := e.k.Stop(ctx, m); err != nil {
 		t.Fatalf("stop once no pod uses the volume: %v", err)
 	}
@@ -336,12 +337,7 @@ func TestAPodArrivingWhileItsAttachmentGoesGetsANewOne(t *testing.T) {
 		return true, nil, e.kc.Tracker().Update(vaResource, va, "")
 	})
 	e.pod(t, "web-1", "node-a", "c1", false)
-	var first *storagev1.VolumeAttachment
-	poll(t, 10*time.Second, "the attachment made", func() bool {
-		var err error
-		first, err = e.attachment("pv-1", "node-a")
-		return err == nil
-	})
+	first := e.attached(t, "pv-1", "node-a")
 	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
