@@ -97,7 +97,7 @@ func run() (code int) {
 		loaderFiles = flag.Int("loader-files", 10000, "files the data loader row reads")
 		loaderSize  = flag.String("loader-size", "100KiB", "size of each file the data loader row reads")
 		lsFlag      = flag.String("ls", "1000,10000", "sizes of the directories `ls -l` lists")
-		only        = flag.String("fs", "objfuse,objfuse-async,objfuse-wb,objfuse-cache,s3fs,rclone-off,rclone-full,geesefs", "filesystems to measure (raw minio-go always runs)")
+		only        = flag.String("fs", "objfuse,objfuse-async,objfuse-wb,objfuse-lowmem,objfuse-cache,s3fs,rclone-off,rclone-full,geesefs", "filesystems to measure (raw minio-go always runs)")
 		rowsFlag    = flag.String("rows", strings.Join(rowOrder, ","), "rows to run")
 		objfuseBin  = flag.String("objfuse-bin", "", "prebuilt objfuse-mount (default: go build ./cmd/objfuse-mount)")
 		install     = flag.Bool("install", false, "apt-get install s3fs and rclone if missing")

@@ -39,6 +39,10 @@ func (v *variant) runs(row string) bool { return v.only == nil || v.only[row] }
 // random read of the rand row.
 const readCacheFlag = "--read-cache-mib 1024"
 
+// lowMemoryFlag is the objfuse-lowmem variant's memory budget: three 8
+// MiB parts, what the 1 GiB copy's RSS target asks the budget to cost.
+const lowMemoryFlag = "--memory-limit-mib 24"
+
 // writebackFlag is the objfuse-wb variant's: the kernel gathers small
 // writes.
 const writebackFlag = "--writeback-cache"
@@ -78,6 +82,8 @@ func variants(objfuseBin string) []*variant {
 			only: map[string]bool{"create": true}},
 		{name: "objfuse-wb", bin: objfuseBin, objfuse: true, args: objfuseArgs(writebackFlag),
 			only: map[string]bool{"write": true, "smallwrite": true}},
+		{name: "objfuse-lowmem", bin: objfuseBin, objfuse: true, args: objfuseArgs(strings.Fields(lowMemoryFlag)...),
+			only: map[string]bool{"write": true}},
 		{name: "objfuse-cache", bin: objfuseBin, objfuse: true, args: objfuseArgs(strings.Fields(readCacheFlag)...),
 			only: map[string]bool{"rand": true}},
 		{name: "s3fs", bin: "s3fs", args: func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {
