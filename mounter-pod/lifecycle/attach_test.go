@@ -129,7 +129,7 @@ func (e *attachEnv) deleted() []time.Time {
 // the node takes over the volume, and deletes it once no pod there has
 // needed it for the grace period.
 func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
-	const grace = 1500 * time.Millisecond
+	const grace = 3 * time.Second
 	e := newAttachEnv(t, false, grace)
 	ctx := t.Context()
 
