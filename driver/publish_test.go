@@ -159,7 +159,7 @@ func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
 		kc := fake.NewSimpleClientset()
 		go func() {
 			time.Sleep(300 * time.Millisecond) // the controller, a little later than kubelet
-			kc.CoreV1().Pods("objfuse-system").Create(context.Background(), &corev1.Pod{
+			_, err := kc.CoreV1().Pods("objfuse-system").Create(context.Background(), &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: "11111111-2222-3333-4444-555555555555", Annotations: map[string]string{spec.AnnotationVolume: volID}},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 					Name:                 spec.Container,
@@ -167,6 +167,9 @@ func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
 					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "keys refused (InvalidAccessKeyId)"}},
 				}}},
 			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Error(err)
+			}
 		}()
 		if s := stage(t, kc, 20*time.Second); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "InvalidAccessKeyId") {
 			t.Fatalf("stage whose mounter came later and crashed: %v %q, want Unavailable with the mounter's reason", s.Code(), s.Message())

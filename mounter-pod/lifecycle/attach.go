@@ -59,6 +59,11 @@ const attachResync = 30 * time.Second
 // needs again, is looked at again.
 const attachRetry = 2 * time.Second
 
+// multiAttachRetry is how soon a single-node volume that another node
+// holds is looked at again (the other attachment's deletion also queues
+// it at once).
+const multiAttachRetry = 10 * time.Second
+
 // attachKey is what one attachment serves: a PersistentVolume on a node.
 type attachKey struct{ pv, node string }
 
@@ -95,8 +100,7 @@ type told struct {
 // runAttach keeps the attachments of PVC volumes what the scheduled pods
 // need until ctx ends. It needs the cluster cache (Run fills it first).
 func (k *Kube) runAttach(ctx context.Context) {
-	f := informers.NewSharedInformerFactoryWithOptions(k.Client, cacheResync,
-		informers.WithTransform(slimPod))
+	f := informers.NewSharedInformerFactoryWithOptions(k.Client, cacheResync, informers.WithTransform(slimPod))
 	// Only scheduled pods: until then no node needs anything.
 	podInf := informers.NewSharedInformerFactoryWithOptions(k.Client, cacheResync, informers.WithTransform(slimPod),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -113,49 +117,8 @@ func (k *Kube) runAttach(ctx context.Context) {
 		unneeded:   map[attachKey]time.Time{}, grace: k.DetachGrace, told: map[attachKey]told{},
 	}
 	defer w.queue.ShutDown()
-	podEvent := func(obj any) {
-		if pod := podOf(obj); pod != nil {
-			for _, key := range k.attachKeysOf(w, pod) {
-				w.queue.Add(key)
-			}
-		}
-	}
-	// A pod that went or finished may have taken its claims with it (a
-	// namespace deleted): every attachment on its node is looked at.
-	podGone := func(obj any) {
-		if pod := podOf(obj); pod != nil {
-			podEvent(pod)
-			k.enqueueAttachmentsOn(w, pod.Spec.NodeName)
-		}
-	}
-	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: podEvent, DeleteFunc: podGone,
-		UpdateFunc: func(_, obj any) {
-			if pod := podOf(obj); pod != nil && finished(pod) {
-				podGone(pod)
-				return
-			}
-			podEvent(obj)
-		},
-	}); err != nil {
-		k.Logger.Error("attachments: watch pods", "err", err)
-		return
-	}
-	// A claim bound after its pod was scheduled (WaitForFirstConsumer
-	// binds it just before).
-	if _, err := f.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { k.claimChanged(w, obj) }, UpdateFunc: func(_, obj any) { k.claimChanged(w, obj) },
-	}); err != nil {
-		k.Logger.Error("attachments: watch claims", "err", err)
-		return
-	}
-	// Attachments that change: one deleted while a pod needs it again is
-	// made anew, and one that failed is told to its pods.
-	if _, err := k.cache.cluster.Storage().V1().VolumeAttachments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { k.attachmentChanged(w, obj) }, UpdateFunc: func(_, obj any) { k.attachmentChanged(w, obj) },
-		DeleteFunc: func(obj any) { k.attachmentChanged(w, obj) },
-	}); err != nil {
-		k.Logger.Error("attachments: watch attachments", "err", err)
+	if err := k.watchForAttachments(w, podInf, f); err != nil {
+		k.Logger.Error("attachments: watch", "err", err)
 		return
 	}
 	f.Start(ctx.Done())
@@ -176,9 +139,58 @@ func (k *Kube) runAttach(ctx context.Context) {
 	every(ctx, attachResync, func() { k.enqueueAttachments(w) })
 }
 
+// watchForAttachments queues the attachments that events of pods, claims
+// and attachments may change.
+func (k *Kube) watchForAttachments(w *attachWatch, pods cache.SharedIndexInformer, f informers.SharedInformerFactory) error {
+	podEvent := func(obj any) {
+		if pod := podOf(obj); pod != nil {
+			for _, key := range k.attachKeysOf(w, pod) {
+				w.queue.Add(key)
+			}
+		}
+	}
+	// A pod that went or finished may have taken its claims with it (a
+	// namespace deleted): every attachment on its node is looked at.
+	podGone := func(obj any) {
+		if pod := podOf(obj); pod != nil && len(claimsOf(pod)) > 0 {
+			podEvent(pod)
+			k.enqueueAttachmentsOn(w, pod.Spec.NodeName)
+		}
+	}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: podEvent, DeleteFunc: podGone,
+		UpdateFunc: func(old, obj any) {
+			if was, pod := podOf(old), podOf(obj); was != nil && pod != nil && !finished(was) && finished(pod) {
+				podGone(pod)
+				return
+			}
+			podEvent(obj)
+		},
+	}); err != nil {
+		return fmt.Errorf("pods: %w", err)
+	}
+	// A claim bound after its pod was scheduled (WaitForFirstConsumer
+	// binds it just before).
+	if _, err := f.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { k.claimChanged(w, obj) }, UpdateFunc: func(_, obj any) { k.claimChanged(w, obj) },
+	}); err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	// Attachments that change: one deleted while a pod needs it again is
+	// made anew, and one that failed is told to its pods.
+	_, err := k.cache.Load().cluster.Storage().V1().VolumeAttachments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { k.attachmentChanged(w, obj) }, UpdateFunc: func(_, obj any) { k.attachmentChanged(w, obj) },
+		DeleteFunc: func(obj any) { k.attachmentGone(w, obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("attachments: %w", err)
+	}
+	return nil
+}
+
 // enqueueAttachments queues every attachment of the driver.
 func (k *Kube) enqueueAttachments(w *attachWatch) {
-	vas, err := k.cache.vas.List(labels.Everything())
+	vas, err := k.cache.Load().vas.List(labels.Everything())
 	if err != nil {
 		k.Logger.Warn("attachments: list cached attachments", "err", err)
 		return
@@ -190,7 +202,7 @@ func (k *Kube) enqueueAttachments(w *attachWatch) {
 
 // enqueueAttachmentsOn queues every attachment of the driver on node.
 func (k *Kube) enqueueAttachmentsOn(w *attachWatch, node string) {
-	vas, err := k.cache.vas.List(labels.Everything())
+	vas, err := k.cache.Load().vas.List(labels.Everything())
 	if err != nil {
 		return
 	}
@@ -203,16 +215,41 @@ func (k *Kube) enqueueAttachmentsOn(w *attachWatch, node string) {
 
 // attachmentChanged queues the key of an attachment of the driver.
 func (k *Kube) attachmentChanged(w *attachWatch, obj any) {
+	if va := attachmentOf(obj); va != nil && va.Spec.Attacher == k.Driver && va.Spec.Source.PersistentVolumeName != nil {
+		w.queue.Add(attachKey{pv: *va.Spec.Source.PersistentVolumeName, node: va.Spec.NodeName})
+	}
+}
+
+// attachmentGone queues, beside the key of an attachment that went, those
+// of the pods on other nodes that use its volume: a single-node volume
+// may be attached to one of them now.
+func (k *Kube) attachmentGone(w *attachWatch, obj any) {
+	k.attachmentChanged(w, obj)
+	va := attachmentOf(obj)
+	if va == nil || va.Spec.Source.PersistentVolumeName == nil {
+		return
+	}
+	pv, err := k.cache.Load().pvs.Get(*va.Spec.Source.PersistentVolumeName)
+	if err != nil || pv.Spec.ClaimRef == nil {
+		return
+	}
+	pods, err := w.pods.ByIndex(byClaim, pv.Spec.ClaimRef.Namespace+"/"+pv.Spec.ClaimRef.Name)
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		w.queue.Add(attachKey{pv: pv.Name, node: p.(*corev1.Pod).Spec.NodeName})
+	}
+}
+
+// attachmentOf is the attachment of an informer's event, tombstones
+// included.
+func attachmentOf(obj any) *storagev1.VolumeAttachment {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	va, ok := obj.(*storagev1.VolumeAttachment)
-	if !ok {
-		return
-	}
-	if pv := va.Spec.Source.PersistentVolumeName; va.Spec.Attacher == k.Driver && pv != nil {
-		w.queue.Add(attachKey{pv: *pv, node: va.Spec.NodeName})
-	}
+	va, _ := obj.(*storagev1.VolumeAttachment)
+	return va
 }
 
 // claimChanged queues the attachments of the pods that use a claim.
@@ -262,9 +299,9 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 	if !k.selfAttach(w) {
 		return nil
 	}
-	pv, err := k.cache.pvs.Get(key.pv)
+	pv, err := k.cache.Load().pvs.Get(key.pv)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return fmt.Errorf("cached PersistentVolume %s: %w", key.pv, err)
 	}
 	if pv != nil && (pv.Spec.CSI == nil || pv.Spec.CSI.Driver != k.Driver) {
 		return nil
@@ -294,6 +331,16 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 		w.queue.AddAfter(key, wait)
 		return nil
 	}
+	// The watch may lag behind a pod just scheduled there, whose stage
+	// may have found the mounter by name already: the API decides.
+	user, err := k.userOn(ctx, key.pv, key.node)
+	if err != nil {
+		return err
+	}
+	if user != "" {
+		w.forgetUnneeded(key) // its pod's event comes, and queues key again
+		return nil
+	}
 	err = k.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &va.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete attachment %s: %w", va.Name, err) // retried, past the grace still
@@ -310,22 +357,23 @@ func (k *Kube) syncAttachment(ctx context.Context, w *attachWatch, key attachKey
 // attachFor makes the attachment name of key, which users need, or tells
 // them why the one there does not serve.
 func (k *Kube) attachFor(ctx context.Context, w *attachWatch, pv *corev1.PersistentVolume, name string, key attachKey, users []*corev1.Pod) error {
-	va, err := k.cache.vas.Get(name)
+	va, err := k.cache.Load().vas.Get(name)
 	if apierrors.IsNotFound(err) {
-		// One node at a time decides for a single-node volume.
-		l, _ := w.pvLocks.LoadOrStore(key.pv, &sync.Mutex{})
-		l.(*sync.Mutex).Lock()
-		defer l.(*sync.Mutex).Unlock()
-		other, err := k.attachedElsewhere(ctx, pv, key)
-		if err != nil {
-			return err
-		}
-		if other != "" {
+		if singleNode(pv) {
 			// As Kubernetes' attach/detach controller: a volume no
 			// access mode lets more than one node use stays on one.
-			w.tell(k, key, users, fmt.Sprintf("Multi-Attach error for volume %s: its access modes %v allow one node, and it is attached to node %s; it is attached here once it leaves that node", key.pv, pv.Spec.AccessModes, other))
-			w.queue.AddAfter(key, attachRetry)
-			return nil
+			unlock := w.lockVolume(key.pv)
+			defer unlock()
+			other, err := k.attachedElsewhere(ctx, key)
+			if err != nil {
+				return err
+			}
+			if other != "" {
+				w.tell(k, key, users, fmt.Sprintf("Multi-Attach error for volume %s: its access modes %v allow one node, "+
+					"and it is attached to node %s; it is attached here once it leaves that node", key.pv, pv.Spec.AccessModes, other))
+				w.queue.AddAfter(key, multiAttachRetry) // and at once when that attachment goes
+				return nil
+			}
 		}
 		want := &storagev1.VolumeAttachment{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -344,7 +392,7 @@ func (k *Kube) attachFor(ctx context.Context, w *attachWatch, pv *corev1.Persist
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("cached attachment %s: %w", name, err)
 	}
 	if va.DeletionTimestamp != nil {
 		// Detaching still (its mounter draining): made again once gone
@@ -358,26 +406,57 @@ func (k *Kube) attachFor(ctx context.Context, w *attachWatch, pv *corev1.Persist
 	return nil
 }
 
-// attachedElsewhere names the node another attachment of pv is on, where
-// pv's access modes allow only one node; "" where they allow several, or
-// there is none. It asks the API, not the cache, which may not hold an
-// attachment just made for another node.
-func (k *Kube) attachedElsewhere(ctx context.Context, pv *corev1.PersistentVolume, key attachKey) (string, error) {
+// singleNode says whether pv's access modes let only one node use it.
+func singleNode(pv *corev1.PersistentVolume) bool {
 	for _, m := range pv.Spec.AccessModes {
 		if m == corev1.ReadWriteMany || m == corev1.ReadOnlyMany {
-			return "", nil
+			return false
 		}
+	}
+	return true
+}
+
+// attachedElsewhere names a node other than key's that key's volume is
+// attached to, or "". The cache answers where it knows one; where it
+// knows none the API is asked, as the cache may not hold an attachment
+// just made for another node.
+func (k *Kube) attachedElsewhere(ctx context.Context, key attachKey) (string, error) {
+	cached, err := k.cache.Load().vas.List(labels.Everything())
+	if err != nil {
+		return "", fmt.Errorf("list cached attachments: %w", err)
+	}
+	if other := k.otherNode(cached, key); other != "" {
+		return other, nil
 	}
 	list, err := k.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", fmt.Errorf("list attachments: %w", err)
 	}
-	for _, va := range list.Items {
+	fresh := make([]*storagev1.VolumeAttachment, len(list.Items))
+	for i := range list.Items {
+		fresh[i] = &list.Items[i]
+	}
+	return k.otherNode(fresh, key), nil
+}
+
+// otherNode is the node of an attachment among vas of key's volume on
+// another node than key's, or "".
+func (k *Kube) otherNode(vas []*storagev1.VolumeAttachment, key attachKey) string {
+	for _, va := range vas {
 		if src := va.Spec.Source.PersistentVolumeName; va.Spec.Attacher == k.Driver && src != nil && *src == key.pv && va.Spec.NodeName != key.node {
-			return va.Spec.NodeName, nil
+			return va.Spec.NodeName
 		}
 	}
-	return "", nil
+	return ""
+}
+
+// lockVolume holds pv's lock, under which one node at a time is decided
+// for a single-node volume.
+func (w *attachWatch) lockVolume(pv string) (unlock func()) {
+	l, _ := w.pvLocks.LoadOrStore(pv, &sync.Mutex{})
+	mu := l.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // toldAgain is how soon the same news of an attachment is told again.
@@ -404,10 +483,10 @@ func (w *attachWatch) tell(k *Kube, key attachKey, users []*corev1.Pod, msg stri
 // PersistentVolume that is gone, by what it attaches.
 func (k *Kube) cachedAttachment(key attachKey, name string) (*storagev1.VolumeAttachment, bool) {
 	if name != "" {
-		va, err := k.cache.vas.Get(name)
+		va, err := k.cache.Load().vas.Get(name)
 		return va, err == nil
 	}
-	vas, err := k.cache.vas.List(labels.Everything())
+	vas, err := k.cache.Load().vas.List(labels.Everything())
 	if err != nil {
 		return nil, false
 	}

@@ -47,6 +47,7 @@ func newAttachEnv(t *testing.T, attachRequired bool, grace time.Duration, extra 
 		objs = append(objs,
 			&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: v.pv}, Spec: corev1.PersistentVolumeSpec{
 				AccessModes:            []corev1.PersistentVolumeAccessMode{v.mode},
+				ClaimRef:               &corev1.ObjectReference{Namespace: "app", Name: v.claim},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: "handle-" + v.pv}}}},
 			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.claim, Namespace: "app"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: v.pv}},
 		)
@@ -271,7 +272,9 @@ func TestASingleNodeVolumeIsAttachedToOneNodeAtATime(t *testing.T) {
 	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "first", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "pv-3 attached to node-b once node-a's attachment is gone", func() bool {
+	// Within 5 s: at once, not at the next look after a Multi-Attach
+	// refusal (10 s).
+	poll(t, 5*time.Second, "pv-3 attached to node-b once node-a's attachment is gone", func() bool {
 		_, errA := e.attachment("pv-3", "node-a")
 		_, errB := e.attachment("pv-3", "node-b")
 		return apierrors.IsNotFound(errA) && errB == nil

@@ -126,7 +126,7 @@ func (k *Kube) startCache(ctx context.Context) error {
 	if err := c.start(ctx); err != nil {
 		return err
 	}
-	k.cache = c
+	k.cache.Store(c)
 	return nil
 }
 

@@ -29,7 +29,7 @@ const credentialsSyncEvery = 30 * time.Second
 // rotating a StorageClass's keys, or an expiring session token, would
 // break every running mount. Run runs it every CredentialsSyncEvery.
 func (k *Kube) syncCredentials(ctx context.Context) (int, error) {
-	pvs, err := k.cache.pvs.List(labels.Everything())
+	pvs, err := k.cache.Load().pvs.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list persistent volumes: %w", err)
 	}

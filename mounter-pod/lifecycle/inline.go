@@ -259,7 +259,7 @@ func (k *Kube) ensureInline(ctx context.Context, w *inlineWatch, pod *corev1.Pod
 	handle := inline.Handle(string(pod.UID), v.Name)
 	m := spec.Mounter{VolumeID: handle, NodeID: pod.Spec.NodeName,
 		ReadOnly: v.CSI.ReadOnly != nil && *v.CSI.ReadOnly, ForPod: forPod(pod)}
-	running, err := k.cache.pods[k.Namespace].Get(m.PodName())
+	running, err := k.cache.Load().pods[k.Namespace].Get(m.PodName())
 	if err != nil {
 		running = nil
 	}
@@ -306,7 +306,7 @@ func (k *Kube) ensureInline(ctx context.Context, w *inlineWatch, pod *corev1.Pod
 // limit of them: they run in the driver's namespace, outside the
 // tenant's ResourceQuota.
 func (k *Kube) withinLimit(namespace string, limit int) error {
-	pods, err := k.cache.pods[k.Namespace].List(labels.Everything())
+	pods, err := k.cache.Load().pods[k.Namespace].List(labels.Everything())
 	if err != nil {
 		return err
 	}

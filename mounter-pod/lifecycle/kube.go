@@ -72,7 +72,7 @@ type Kube struct {
 	metrics *metrics
 	// cache feeds the periodic passes; nil until Run fills it, and then
 	// the passes read the API server instead.
-	cache *clusterCache
+	cache atomic.Pointer[clusterCache]
 	// syncProblems: volume → why its credentials are not synced, as last
 	// told (credentials sync pass only).
 	syncProblems map[string]string
@@ -203,12 +203,12 @@ func (k *Kube) NodeExists(ctx context.Context, nodeID string) (bool, error) {
 // They are shared with the cache: not to be changed.
 func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
 	selector := spec.Selector
-	if k.cache != nil {
+	if c := k.cache.Load(); c != nil {
 		sel, err := labels.Parse(selector)
 		if err != nil {
 			return nil, err
 		}
-		return k.cache.listPods(sel)
+		return c.listPods(sel)
 	}
 	var out []*corev1.Pod
 	for _, ns := range k.namespaces() {
@@ -229,8 +229,8 @@ func (k *Kube) mounterPods(ctx context.Context) ([]*corev1.Pod, error) {
 // mounterSecret gets a mounter's Secret, from the cache when there is
 // one, as a copy the caller may change.
 func (k *Kube) mounterSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
-	if k.cache != nil {
-		s, cached, err := k.cache.secret(namespace, name)
+	if c := k.cache.Load(); c != nil {
+		s, cached, err := c.secret(namespace, name)
 		if err != nil {
 			return nil, err
 		}

@@ -28,11 +28,11 @@ const orphanAge = 5 * time.Minute
 // mounter's lock, so that a Launch adopting the pod meanwhile (its
 // attachment too new for the cache) is seen, not undone.
 func (k *Kube) collectOrphans(ctx context.Context) (int, error) {
-	cachedVAs, err := k.cache.vas.List(labels.Everything())
+	cachedVAs, err := k.cache.Load().vas.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list cached attachments: %w", err)
 	}
-	cached, err := k.attachmentsOf(cachedVAs, k.cache.pvs.Get)
+	cached, err := k.attachmentsOf(cachedVAs, k.cache.Load().pvs.Get)
 	if err != nil {
 		return 0, fmt.Errorf("cached attachments: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -33,18 +34,18 @@ func (k *Kube) relaunchMissing(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	vas, err := k.cache.vas.List(labels.Everything())
+	vas, err := k.cache.Load().vas.List(labels.Everything())
 	if err != nil {
 		return 0, fmt.Errorf("list volume attachments: %w", err)
 	}
 	n := 0
 	for _, va := range vas {
 		pvName := va.Spec.Source.PersistentVolumeName
-		if va.Spec.Attacher != k.Driver || !va.Status.Attached || va.DeletionTimestamp != nil || pvName == nil {
+		if va.Spec.Attacher != k.Driver || !served(va) || pvName == nil {
 			continue
 		}
 		nodeID := nodeIDOf(va)
-		pv, err := k.cache.pvs.Get(*pvName)
+		pv, err := k.cache.Load().pvs.Get(*pvName)
 		if err != nil || pv.Spec.CSI == nil {
 			continue // gone meanwhile, or not ours
 		}
@@ -92,12 +93,20 @@ func (k *Kube) relaunch(ctx context.Context, vaName string, m spec.Mounter, ref 
 	// ControllerUnpublishVolume may have run since the list: a mounter
 	// started now would only be collected as an orphan later.
 	va, err := k.Client.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
-	if err != nil || !va.Status.Attached || va.DeletionTimestamp != nil {
+	if err != nil || !served(va) {
 		return nil
 	}
 	k.Logger.Warn("mounter pod of an attached volume is gone; starting a new one", "volume", m.VolumeID, "node", m.NodeID)
 	_, err = k.launch(ctx, m, creds)
 	return err
+}
+
+// served says whether an attachment's volume is to be served on its
+// node: attached, and not being deleted, or being deleted but refused
+// (ControllerUnpublishVolume keeps a mounter a pod on the node uses, and
+// csi-attacher records its error).
+func served(va *storagev1.VolumeAttachment) bool {
+	return va.Status.Attached && (va.DeletionTimestamp == nil || va.Status.DetachError != nil)
 }
 
 // readOnlyAccess says whether access modes make csi-attacher publish the

@@ -18,8 +18,10 @@ import (
 )
 
 // An attached volume whose mounter pod is gone gets a new one, like the
-// one ControllerPublishVolume made (read-only flag, credentials); volumes
-// with a live mounter, detaching ones and other drivers' are left alone.
+// one ControllerPublishVolume made (read-only flag, credentials), and so
+// does one being detached whose ControllerUnpublishVolume was refused (a
+// pod on the node uses it); volumes with a live mounter, detaching ones
+// and other drivers' are left alone.
 // (The e2e test TestDeletedMounterIsReplaced runs this on a real cluster.)
 func TestGoneMounterIsRelaunched(t *testing.T) {
 	const ns = "objfuse-system"
@@ -52,6 +54,8 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 		pv("alive", corev1.ReadWriteMany), va("va-alive", "alive", driverName, true), alivePod,
 		pv("attaching", corev1.ReadWriteMany), va("va-attaching", "attaching", driverName, false),
 		pv("other", corev1.ReadWriteMany), va("va-other", "other", "other.csi.io", true),
+		pv("detaching", corev1.ReadWriteMany), detaching(va("va-detaching", "detaching", driverName, true), ""),
+		pv("kept", corev1.ReadWriteMany), detaching(va("va-kept", "kept", driverName, true), "pod app/web on node node-a uses the volume"),
 	)
 	// Pods come up ready at once, as a kubelet would make them.
 	kc.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -62,14 +66,18 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 	})
 	k, ctx := cachedKube(t, lifecycle.Config{Client: kc, Namespace: ns, Template: tmpl, ReadyTimeout: 5 * time.Second,
 		Poll: 10 * time.Millisecond})
-	for pass, want := range []int{1, 0} {
+	for pass, want := range []int{2, 0} {
 		if n, err := lifecycle.RelaunchMissing(ctx, k); err != nil || n != want {
 			t.Fatalf("pass %d: %d relaunched, %v; want %d", pass, n, err, want)
 		}
 	}
 	pods, _ := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if len(pods.Items) != 2 {
-		t.Fatalf("%d mounter pods, want 2 (alive and relaunched)", len(pods.Items))
+	if len(pods.Items) != 3 {
+		t.Fatalf("%d mounter pods, want 3 (alive and two relaunched)", len(pods.Items))
+	}
+	kept := spec.Mounter{VolumeID: pv("kept").Spec.CSI.VolumeHandle, NodeID: "node-a"}
+	if _, err := kc.CoreV1().Pods(ns).Get(ctx, kept.PodName(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("no new mounter pod for the volume whose detach was refused: %v", err)
 	}
 	gone := spec.Mounter{VolumeID: pv("gone").Spec.CSI.VolumeHandle, NodeID: "node-a"}
 	pod, err := kc.CoreV1().Pods(ns).Get(ctx, gone.PodName(), metav1.GetOptions{})
@@ -83,4 +91,15 @@ func TestGoneMounterIsRelaunched(t *testing.T) {
 	if err != nil || string(secret.Data[s3store.AccessKeyFile]) != "ak" {
 		t.Fatalf("relaunched mounter's credentials: %v, %v", secret, err)
 	}
+}
+
+// detaching marks an attachment as being deleted, and with detachErr as
+// csi-attacher records a ControllerUnpublishVolume that failed.
+func detaching(va *storagev1.VolumeAttachment, detachErr string) *storagev1.VolumeAttachment {
+	va.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	va.Finalizers = []string{"external-attacher/objfuse-csi-io"}
+	if detachErr != "" {
+		va.Status.DetachError = &storagev1.VolumeError{Message: detachErr}
+	}
+	return va
 }

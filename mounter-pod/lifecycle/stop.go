@@ -25,11 +25,14 @@ import (
 // cache that may lag behind a pod just scheduled there, whose stage then
 // found the mounter by name.
 func (k *Kube) Stop(ctx context.Context, m spec.Mounter) error {
-	if user, err := k.userOn(ctx, m); err != nil || user != "" {
+	if pv := k.persistentVolumeOf(m.VolumeID); pv != nil {
+		user, err := k.userOn(ctx, pv.Name, m.NodeID)
 		if err != nil {
 			return fmt.Errorf("look for pods that use the volume on node %s: %w", m.NodeID, err)
 		}
-		return fmt.Errorf("pod %s on node %s uses the volume: its mounter is kept until no pod there does", user, m.NodeID)
+		if user != "" {
+			return fmt.Errorf("pod %s on node %s uses the volume: its mounter is kept until no pod there does", user, m.NodeID)
+		}
 	}
 	defer k.lock(m)()
 	namespaces := k.namespaces()
@@ -127,27 +130,32 @@ func (k *Kube) mounterNamespace(m spec.Mounter) (string, bool) {
 	return spec.Mounter{Volume: v}.NamespaceOr(k.Namespace), true
 }
 
-// userOn names a pod on m's node, not finished, that uses m's volume
-// through a claim; "" when there is none, the volume has no
-// PersistentVolume here, or the node is gone (its pods never finish).
-func (k *Kube) userOn(ctx context.Context, m spec.Mounter) (string, error) {
-	pv := k.persistentVolumeOf(m.VolumeID)
-	if pv == nil || k.nodeGone(ctx, m.NodeID) {
+// userOn names a pod on node, not finished, that uses PersistentVolume
+// pv through a claim, as the API says now; "" when there is none, or the
+// node is gone (its pods never finish).
+func (k *Kube) userOn(ctx context.Context, pv, node string) (string, error) {
+	if k.nodeGone(ctx, node) {
 		return "", nil
 	}
 	pods, err := k.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", m.NodeID).String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("list the pods of node %s: %w", node, err)
 	}
 	for _, pod := range pods.Items {
-		if pod.Spec.NodeName != m.NodeID || finished(&pod) {
+		if pod.Spec.NodeName != node || finished(&pod) {
 			continue
 		}
 		for _, claim := range claimsOf(&pod) {
 			pvc, err := k.Client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
-			if err == nil && pvc.Spec.VolumeName == pv.Name {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return "", fmt.Errorf("claim %s/%s of pod %s: %w", pod.Namespace, claim, pod.Name, err)
+			}
+			if pvc.Spec.VolumeName == pv {
 				return pod.Namespace + "/" + pod.Name, nil
 			}
 		}
@@ -158,10 +166,11 @@ func (k *Kube) userOn(ctx context.Context, m spec.Mounter) (string, error) {
 // persistentVolumeOf is the cached PersistentVolume of this driver whose
 // volume handle is id; nil when there is none or no cache.
 func (k *Kube) persistentVolumeOf(id string) *corev1.PersistentVolume {
-	if k.cache == nil {
+	c := k.cache.Load()
+	if c == nil {
 		return nil
 	}
-	pvs, err := k.cache.pvs.List(labels.Everything())
+	pvs, err := c.pvs.List(labels.Everything())
 	if err != nil {
 		return nil
 	}
