@@ -194,7 +194,7 @@ func (n *nodeServer) serveFUSE(ctx context.Context, st *stagedVolume, mnt string
 		// the pod may yet come up (a restart kubelet reports late).
 		return status.Errorf(codes.Unavailable, "volume %s: %s", st.VolumeID, failed)
 	case !up:
-		return status.Errorf(codes.Unavailable, "volume %s: the mounter does not answer at %s: %v", st.VolumeID, socket, lastErr)
+		return status.Errorf(codes.Unavailable, "volume %s: the mounter does not answer at %s: %v%s", st.VolumeID, socket, lastErr, n.mounterWaiting(ctx, st))
 	}
 	if want := strings.TrimPrefix(st.Source, "objfuse:"); strings.TrimSuffix(strings.TrimPrefix(rep.Source, "objfuse:"), "/") != want {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: the mounter at %s serves %q, not %q", st.VolumeID, socket, rep.Source, want)
@@ -287,6 +287,22 @@ func (n *nodeServer) mounterFailure(ctx context.Context, st *stagedVolume) strin
 		n.log.Debug("read the mounter pod", "volume", st.VolumeID, "err", err)
 	}
 	return why
+}
+
+// mounterWaiting says, for an error, why st's mounter pod does not run
+// yet (its node lacks the memory it asks for, its image is missing):
+// with attachRequired: false the stage finds the pod before it runs, and
+// csi-attacher's error on the attachment comes only after
+// ControllerPublishVolume's own wait.
+func (n *nodeServer) mounterWaiting(ctx context.Context, st *stagedVolume) string {
+	if n.finder == nil {
+		return ""
+	}
+	why, err := n.finder.Waiting(ctx, st.mounter(n.nodeID), st.MounterUID)
+	if err != nil || why == "" {
+		return ""
+	}
+	return " (" + why + ")"
 }
 
 // awaitMounter waits (bounded) for the controller to start m's mounter

@@ -139,7 +139,8 @@ func TestStageSaysWhyItsMounterExited(t *testing.T) {
 // With attachRequired: false kubelet stages with no publish context: the
 // stage finds the volume's mounter by name once the controller has made
 // it (here 300 ms later, crash-looping on keys S3 refuses, which the stage
-// then reports), and says that none came when none does.
+// then reports), says why a mounter pod that never runs does not (the
+// scheduler's reason), and that none came when none does.
 func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
 	const volID = "objfuse1|http://s3:9000|us-east-1|true|pvc-1|"
 	m := spec.MounterIn(volID, "node-a", "")
@@ -173,6 +174,17 @@ func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
 		}()
 		if s := stage(t, kc, 20*time.Second); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "InvalidAccessKeyId") {
 			t.Fatalf("stage whose mounter came later and crashed: %v %q, want Unavailable with the mounter's reason", s.Code(), s.Message())
+		}
+	})
+	t.Run("not scheduled", func(t *testing.T) {
+		kc := fake.NewSimpleClientset(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: "11111111-2222-3333-4444-555555555555", Annotations: map[string]string{spec.AnnotationVolume: volID}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+				Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes are available: 3 Insufficient cpu.",
+			}}},
+		})
+		if s := stage(t, kc, 2*time.Second); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "Insufficient cpu") {
+			t.Fatalf("stage whose mounter pod cannot be scheduled: %v %q, want Unavailable with the scheduler's reason", s.Code(), s.Message())
 		}
 	})
 	t.Run("none", func(t *testing.T) {

@@ -96,3 +96,14 @@ func (f Finder) Failure(ctx context.Context, m spec.Mounter, uid string) (string
 	}
 	return "", nil
 }
+
+// Waiting says why the mounter pod of uid does not run yet, as Launch
+// would say it (not scheduled and the scheduler's reason, a container
+// waiting); "" once it runs, or when m's pod is another one now.
+func (f Finder) Waiting(ctx context.Context, m spec.Mounter, uid string) (string, error) {
+	pod, err := f.pod(ctx, m)
+	if err != nil || pod == nil || string(pod.UID) != uid || started(pod) {
+		return "", err
+	}
+	return fmt.Sprintf("mounter pod %s/%s: %s", pod.Namespace, pod.Name, pending(pod)), nil
+}
