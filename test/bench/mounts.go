@@ -43,6 +43,10 @@ const readCacheFlag = "--read-cache-mib 1024"
 // MiB parts, what the 1 GiB copy's RSS target asks the budget to cost.
 const lowMemoryFlag = "--memory-limit-mib 24"
 
+// lowMemoryGoLimit is the objfuse-lowmem variant's GOMEMLIMIT: the
+// budget and the runtime's share, as a mounter pod's limit gives it.
+const lowMemoryGoLimit = "36MiB"
+
 // writebackFlag is the objfuse-wb variant's: the kernel gathers small
 // writes.
 const writebackFlag = "--writeback-cache"
@@ -83,7 +87,9 @@ func variants(objfuseBin string) []*variant {
 		{name: "objfuse-wb", bin: objfuseBin, objfuse: true, args: objfuseArgs(writebackFlag),
 			only: map[string]bool{"write": true, "smallwrite": true}},
 		{name: "objfuse-lowmem", bin: objfuseBin, objfuse: true, args: objfuseArgs(strings.Fields(lowMemoryFlag)...),
-			only: map[string]bool{"write": true}},
+			only: map[string]bool{"write": true}, environ: func(e *env, base []string) []string {
+				return append(base, "GOMEMLIMIT="+lowMemoryGoLimit)
+			}},
 		{name: "objfuse-cache", bin: objfuseBin, objfuse: true, args: objfuseArgs(strings.Fields(readCacheFlag)...),
 			only: map[string]bool{"rand": true}},
 		{name: "s3fs", bin: "s3fs", args: func(e *env, bucket, mnt, cacheDir, metricsAddr string) []string {

@@ -50,11 +50,11 @@ func metrics(e *env) []metric {
 	ms := []metric{
 		{key: "write_mbps", row: "write", name: "seq write " + sz + ", MB/s until complete in S3", higher: true, fmt: "%.0f", rawNote: "PutObject"},
 		{key: "write_mbps", row: "write", name: "  same, objfuse " + writebackFlag, higher: true, fmt: "%.0f", objfuse: "objfuse-wb", rawNote: "PutObject"},
+		{key: "write_mbps", row: "write", name: "  same, objfuse " + lowMemoryFlag + ", GOMEMLIMIT=" + lowMemoryGoLimit, higher: true, fmt: "%.0f", objfuse: "objfuse-lowmem", rawNote: "PutObject"},
 		{key: "write_close_mbps", row: "write", name: "seq write " + sz + ", MB/s until close() returns", higher: true, fmt: "%.0f", rawNote: "PutObject"},
 		{key: "write_cpu", row: "write", name: "daemon CPU-s per GiB written", fmt: "%.2f", rawNote: "client CPU"},
-		{key: "write_mbps", row: "write", name: "  same, objfuse " + lowMemoryFlag, higher: true, fmt: "%.0f", objfuse: "objfuse-lowmem", rawNote: "PutObject"},
 		{key: "write_rss", row: "write", name: "daemon peak RSS during the write (VmHWM), MB", fmt: "%.0f"},
-		{key: "write_rss", row: "write", name: "  same, objfuse " + lowMemoryFlag, fmt: "%.0f", objfuse: "objfuse-lowmem"},
+		{key: "write_rss", row: "write", name: "  same, objfuse " + lowMemoryFlag + ", GOMEMLIMIT=" + lowMemoryGoLimit, fmt: "%.0f", objfuse: "objfuse-lowmem"},
 		{key: smallWriteKey(4 << 10), rawKey: "write_mbps", row: "smallwrite", name: "seq write " + sz + " in 4 KiB writes (dd bs=4k), MB/s until complete in S3", higher: true, fmt: "%.0f", rawNote: "PutObject"},
 		{key: smallWriteKey(4 << 10), rawKey: "write_mbps", row: "smallwrite", name: "  same, objfuse " + writebackFlag, higher: true, fmt: "%.0f", objfuse: "objfuse-wb", rawNote: "PutObject"},
 		{key: smallWriteKey(64 << 10), rawKey: "write_mbps", row: "smallwrite", name: "seq write " + sz + " in 64 KiB writes (dd bs=64k), MB/s until complete in S3", higher: true, fmt: "%.0f", rawNote: "PutObject"},
