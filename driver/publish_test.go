@@ -138,7 +138,7 @@ func TestStageSaysWhyItsMounterExited(t *testing.T) {
 
 // With attachRequired: false kubelet stages with no publish context: the
 // stage finds the volume's mounter by name once the controller has made
-// it (here 300 ms later, crash-looping on keys S3 refuses, which the stage
+// it (here after its first ask, crash-looping on keys S3 refuses, which the stage
 // then reports), says why a mounter pod that never runs does not (the
 // scheduler's reason), and that none came when none does.
 func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
@@ -158,20 +158,24 @@ func TestStageFindsItsMounterWithoutAPublishContext(t *testing.T) {
 	}
 	t.Run("made later", func(t *testing.T) {
 		kc := fake.NewSimpleClientset()
-		go func() {
-			time.Sleep(300 * time.Millisecond) // the controller, a little later than kubelet
-			_, err := kc.CoreV1().Pods("objfuse-system").Create(context.Background(), &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: "11111111-2222-3333-4444-555555555555", Annotations: map[string]string{spec.AnnotationVolume: volID}},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
-					Name:                 spec.Container,
-					State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "keys refused (InvalidAccessKeyId)"}},
-				}}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Error(err)
+		// The controller, later than kubelet: the pod appears only once
+		// the stage has asked for it and found none.
+		asked := 0
+		kc.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if asked++; asked == 2 {
+				if err := kc.Tracker().Add(&corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: m.PodName(), Namespace: "objfuse-system", UID: "11111111-2222-3333-4444-555555555555", Annotations: map[string]string{spec.AnnotationVolume: volID}},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+						Name:                 spec.Container,
+						State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+						LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "keys refused (InvalidAccessKeyId)"}},
+					}}},
+				}); err != nil {
+					t.Error(err)
+				}
 			}
-		}()
+			return false, nil, nil
+		})
 		if s := stage(t, kc, 20*time.Second); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "InvalidAccessKeyId") {
 			t.Fatalf("stage whose mounter came later and crashed: %v %q, want Unavailable with the mounter's reason", s.Code(), s.Message())
 		}

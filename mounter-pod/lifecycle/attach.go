@@ -129,12 +129,10 @@ func (k *Kube) runAttach(ctx context.Context) {
 	}
 	k.attach.Store(w)
 	k.Logger.Info("watching scheduled pods for the attachments of their volumes")
-	for range attachWorkers {
-		go func() {
-			for k.attachNext(ctx, w) {
-			}
-		}()
-	}
+	work(attachWorkers, w.queue, func(key attachKey) error { return k.syncAttachment(ctx, w, key) },
+		func(key attachKey, err error) {
+			k.Logger.Warn("attachment", "pv", key.pv, "node", key.node, "err", err)
+		})
 	k.enqueueAttachments(w)
 	every(ctx, attachResync, func() { k.enqueueAttachments(w) })
 }
@@ -265,23 +263,6 @@ func (k *Kube) claimChanged(w *attachWatch, obj any) {
 	for _, p := range pods {
 		w.queue.Add(attachKey{pv: pvc.Spec.VolumeName, node: p.(*corev1.Pod).Spec.NodeName})
 	}
-}
-
-// attachNext syncs one attachment from the queue; false when the queue
-// is shut down.
-func (k *Kube) attachNext(ctx context.Context, w *attachWatch) bool {
-	key, quit := w.queue.Get()
-	if quit {
-		return false
-	}
-	defer w.queue.Done(key)
-	if err := k.syncAttachment(ctx, w, key); err != nil {
-		k.Logger.Warn("attachment", "pv", key.pv, "node", key.node, "err", err)
-		w.queue.AddRateLimited(key)
-		return true
-	}
-	w.queue.Forget(key)
-	return true
 }
 
 // selfAttach says whether the CSIDriver leaves attaching to the driver.

@@ -100,6 +100,24 @@ func (e *attachEnv) finish(t *testing.T, name string) {
 	}
 }
 
+// expectEvent waits for an Event that says every one of want.
+func (e *attachEnv) expectEvent(t *testing.T, what string, want ...string) {
+	t.Helper()
+	poll(t, 10*time.Second, what, func() bool {
+		select {
+		case ev := <-e.events.Events:
+			for _, w := range want {
+				if !strings.Contains(ev, w) {
+					return false
+				}
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}
+
 // attached waits for the attachment of pv on node and returns it.
 func (e *attachEnv) attached(t *testing.T, pv, node string) *storagev1.VolumeAttachment {
 	t.Helper()
@@ -145,14 +163,7 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 	if _, err := e.kc.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "an Event on the pod saying why its volume is not attached", func() bool {
-		select {
-		case ev := <-e.events.Events:
-			return strings.Contains(ev, "FailedAttachVolume") && strings.Contains(ev, "Insufficient memory")
-		default:
-			return false
-		}
-	})
+	e.expectEvent(t, "an Event on the pod saying why its volume is not attached", "FailedAttachVolume", "Insufficient memory")
 
 	// A rollout: the pod replaced on the same node within the grace.
 	if err := e.kc.CoreV1().Pods("app").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
@@ -170,16 +181,18 @@ func TestTheControllerAttachesWhatScheduledPodsUse(t *testing.T) {
 	for _, node := range []string{"node-b", "node-c"} {
 		e.attached(t, "pv-2", node)
 	}
-	// Past the grace of web-1's deletion, web-2 still holds the volume.
+	// Past the grace of web-1's deletion, web-2 still holds the volume:
+	// checked at every tick until twice the grace has passed.
 	web1Gone := time.Now()
-	for time.Since(web1Gone) < 2*grace {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Since(web1Gone) < 2*grace; <-tick.C {
 		if err := lifecycle.SyncAttachment(ctx, e.k, "pv-1", "node-a"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.attachment("pv-1", "node-a"); err != nil {
 			t.Fatalf("the attachment went while pod web-2 on the node uses the volume: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond) // a pacing of the checks, not a synchronisation
 	}
 
 	// The last pod finishes: its volume goes after the grace.
@@ -258,14 +271,7 @@ func TestASingleNodeVolumeIsAttachedToOneNodeAtATime(t *testing.T) {
 	e.pod(t, "first", "node-a", "c3", false)
 	e.attached(t, "pv-3", "node-a")
 	e.pod(t, "second", "node-b", "c3", false)
-	poll(t, 10*time.Second, "a Multi-Attach Event on the second pod", func() bool {
-		select {
-		case ev := <-e.events.Events:
-			return strings.Contains(ev, "Multi-Attach error") && strings.Contains(ev, "node-a")
-		default:
-			return false
-		}
-	})
+	e.expectEvent(t, "a Multi-Attach Event on the second pod", "Multi-Attach error", "node-a")
 	if _, err := e.attachment("pv-3", "node-b"); !apierrors.IsNotFound(err) {
 		t.Fatalf("a ReadWriteOnce volume attached to a second node: %v", err)
 	}

@@ -160,30 +160,9 @@ func (k *Kube) watchInline(ctx context.Context, namespaces []string) {
 	}
 	k.inline.Store(w)
 	k.Logger.Info("watching pods for inline volumes", "namespaces", namespaces)
-	for range inlineWorkers {
-		go func() {
-			for k.inlineNext(ctx, w) {
-			}
-		}()
-	}
+	work(inlineWorkers, w.queue, func(key string) error { return k.syncInline(ctx, w, key) },
+		func(key string, err error) { k.Logger.Warn("inline volume", "pod", key, "err", err) })
 	<-ctx.Done()
-}
-
-// inlineNext handles one pod from the queue; false when the queue is
-// shut down.
-func (k *Kube) inlineNext(ctx context.Context, w *inlineWatch) bool {
-	key, quit := w.queue.Get()
-	if quit {
-		return false
-	}
-	defer w.queue.Done(key)
-	if err := k.syncInline(ctx, w, key); err != nil {
-		k.Logger.Warn("inline volume", "pod", key, "err", err)
-		w.queue.AddRateLimited(key)
-		return true
-	}
-	w.queue.Forget(key)
-	return true
 }
 
 // syncInline makes the mounters of the pod named key what it needs: one
