@@ -316,18 +316,16 @@ func (n *nodeServer) awaitMounter(ctx context.Context, m spec.Mounter, whose str
 	wctx, cancel := context.WithTimeout(ctx, n.mounterWait/2)
 	defer cancel()
 	var lastErr error
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		var uid string
-		uid, lastErr = n.finder.PodUID(wctx, m)
+	for delay := 100 * time.Millisecond; wctx.Err() == nil; delay = min(2*delay, time.Second) {
+		uid, err := n.finder.PodUID(wctx, m)
 		if uid != "" {
 			return uid, nil
 		}
+		lastErr = err
 		select {
 		case <-wctx.Done():
 		case <-time.After(delay):
-			continue
 		}
-		break
 	}
 	why := "there is none yet"
 	if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
