@@ -207,10 +207,12 @@ func (f *FS) dirAttrs() attrs {
 	return attrs{mode: syscall.S_IFDIR | uint32(f.opts.DirMode), uid: f.opts.UID, gid: f.opts.GID, mtime: f.mountTime}
 }
 
-// Close frees what the filesystem holds outside memory (the read
-// cache's files, the journal's lock). Call it once the mount is gone.
+// Close frees what the filesystem holds outside the Go heap (part
+// buffers kept for reuse, the read cache's files, the journal's lock).
+// Call it once the mount is gone.
 func (f *FS) Close() error {
 	f.peeked.close()
+	f.partBuffers().pool.Close()
 	if f.quota != nil {
 		f.quota.close()
 	}

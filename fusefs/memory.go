@@ -2,24 +2,35 @@ package fusefs
 
 import (
 	"context"
-	"sync"
+	"time"
+
+	"github.com/objfuse/objfuse/fusefs/offheap"
 )
 
-// buffers hands out part-sized byte slices, pooled so that a long copy does
-// not allocate a new 8 MiB slice per part, and counted against the mount's
-// memory limit so that many concurrent readers and writers stay bounded.
+// buffers hands out part-sized byte slices, mapped outside the Go heap
+// (offheap) and reused, so that a long copy neither allocates an 8 MiB
+// slice per part nor doubles each in the collector's headroom, and counted
+// against the mount's memory limit so that many concurrent readers and
+// writers stay bounded.
 type buffers struct {
 	fsys *FS
-	pool sync.Pool
+	pool *offheap.Pool
 }
+
+// idleBuffers is how long a part buffer no one uses stays mapped for the
+// next: a mount that has stopped copying gives its memory back.
+const idleBuffers = 10 * time.Second
 
 func (f *FS) partBuffers() *buffers {
 	f.bufOnce.Do(func() {
-		size := f.opts.PartSize
-		f.bufs = &buffers{fsys: f, pool: sync.Pool{New: func() any { b := make([]byte, size); return &b }}}
+		f.bufs = &buffers{fsys: f, pool: offheap.NewPool(f.opts.PartSize, idleBuffers)}
 	})
 	return f.bufs
 }
+
+// MappedBufferBytes is the memory the mount's part buffers have mapped
+// outside the Go heap: those in use and those kept for reuse.
+func (f *FS) MappedBufferBytes() int64 { return f.partBuffers().pool.Mapped() }
 
 // tryReserve takes n bytes of the mount's memory limit if they are free
 // now, for a buffer or a readahead pipe; release gives them back.
@@ -76,7 +87,7 @@ func (b *buffers) tryGet() *[]byte {
 	if !b.fsys.tryReserve(int64(b.fsys.opts.PartSize)) {
 		return nil
 	}
-	return b.pool.Get().(*[]byte)
+	return b.mapped()
 }
 
 // getForWrite returns a buffer for written data, waiting for memory as
@@ -85,7 +96,19 @@ func (b *buffers) getForWrite(ctx context.Context) *[]byte {
 	if !b.fsys.reserveWritten(ctx, int64(b.fsys.opts.PartSize)) {
 		return nil
 	}
-	return b.pool.Get().(*[]byte)
+	return b.mapped()
+}
+
+// mapped returns a buffer for memory reserved already, or gives the
+// reservation back when the system has no memory to map (the caller
+// goes on without: on disk, or without readahead).
+func (b *buffers) mapped() *[]byte {
+	p, err := b.pool.Get()
+	if err != nil {
+		b.fsys.release(int64(b.fsys.opts.PartSize))
+		return nil
+	}
+	return p
 }
 
 func (b *buffers) put(p *[]byte) {
