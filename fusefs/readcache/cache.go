@@ -1,11 +1,19 @@
 // Package readcache keeps byte ranges of S3 objects that were read at
-// random in local files, bounded in total size, so that reading them
-// again costs a pread instead of a ranged GET.
+// random in a local file, bounded in size, so that reading them again
+// costs a pread instead of a ranged GET.
 //
-// Ranges are cached by the 4 KiB page, in blocks of 1 MiB: a block is the
-// unit of least-recently-used eviction, which punches its range out of the
-// object's sparse file. A cached range is named by the object's key and
-// ETag together, so an overwritten object is a miss, never stale bytes.
+// Ranges are cached by the 4 KiB page. Pages go into one file in the
+// order they arrive, whatever object and offset they hold, filling it 1
+// MiB segment by segment: ranges read close in time lie close on disk,
+// so reading them again in the same order (a program repeating its
+// lookups, a scan run twice) is a sequential read of the file that the
+// kernel's readahead serves in few disk reads. Kept at their objects'
+// offsets in sparse files, the same pages would cost a disk read each
+// once the page cache has dropped them. A segment is the unit of
+// least-recently-used eviction, and an evicted segment is filled again,
+// so the file never grows past the limit. A page is named by the
+// object's key and ETag together, so an overwritten object is a miss,
+// never stale bytes; no key names a file.
 package readcache
 
 import (
@@ -24,15 +32,15 @@ import (
 )
 
 const (
-	pageSize      = 4096
-	blockSize     = 1 << 20
-	pagesPerBlock = blockSize / pageSize
+	pageSize        = 4096
+	blockSize       = 1 << 20 // a segment: the unit of eviction
+	pagesPerSegment = blockSize / pageSize
 )
 
 // Stats are the cache's counters, exported as metrics.
 type Stats struct {
 	Hits, Misses atomic.Int64
-	// Evictions counts blocks dropped to stay within the limit.
+	// Evictions counts 1 MiB segments dropped to stay within the limit.
 	Evictions atomic.Int64
 	// WriteErrors counts ranges that could not be written (a full disk):
 	// the read they came from still succeeds.
@@ -47,30 +55,47 @@ type Cache struct {
 	limit int64
 	stats Stats
 
-	mu      sync.Mutex
-	objects map[string]*object // by id(key, etag)
-	lru     list.List          // of *block, most recently used first
-	used    int64              // bytes of present pages
+	mu sync.Mutex
+	f  *os.File // the segments, one after another
+	// segments are those handed out so far, by their place in f; at
+	// most limit / blockSize.
+	segments []*segment
+	lru      list.List // of *segment, most recently used first
+	open     *segment  // the segment being filled; nil before the first
+	objects  map[string]*object
+	used     int64 // bytes of pages present
 }
 
-// object is one object version's sparse file.
+// object is one object version's pages.
 type object struct {
-	id     string
-	f      *os.File
-	blocks map[int64]*block
+	id    string
+	pages map[int64]slot // by page number
 }
 
-// block is one 1 MiB range of an object's file and the pages of it that
-// hold the object's bytes.
-type block struct {
-	obj   *object
+// slot is where in the file a page is: the file's page at, once written
+// (ready).
+type slot struct {
+	at    int64
+	ready bool
+}
+
+// segment is one 1 MiB range of the file and the pages it holds, in the
+// order they were written.
+type segment struct {
 	index int64
-	pages [pagesPerBlock / 64]uint64
-	count int // pages present
-	// refs are reads and writes using the block's range now; eviction
-	// leaves such a block alone, so a hole is never punched under them.
+	held  []heldPage
+	// refs are reads and writes using the segment now; eviction leaves
+	// such a segment alone, so its pages are never written over under
+	// them.
 	refs int
 	elem *list.Element
+}
+
+// heldPage is what one slot of a segment holds: obj's page, or nothing
+// (obj nil) when the write of it failed.
+type heldPage struct {
+	obj  *object
+	page int64
 }
 
 // New makes a cache of at most limit bytes in a new directory inside dir,
@@ -91,8 +116,13 @@ func New(dir string, limit int64) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read cache: %w", err)
 	}
+	f, err := os.OpenFile(filepath.Join(own, "pages"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		os.RemoveAll(own)
+		return nil, fmt.Errorf("read cache: %w", err)
+	}
 	live[own] = true
-	return &Cache{dir: own, limit: limit, objects: map[string]*object{}}, nil
+	return &Cache{dir: own, limit: limit, f: f, objects: map[string]*object{}}, nil
 }
 
 const dirPrefix = "objfuse-read-cache-"
@@ -139,10 +169,9 @@ func (c *Cache) Dir() string { return c.dir }
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, o := range c.objects {
-		o.f.Close()
-	}
+	c.f.Close()
 	c.objects = map[string]*object{}
+	c.segments, c.open = nil, nil
 	c.lru.Init()
 	c.used = 0
 	c.stats.Bytes.Store(0)
@@ -168,29 +197,32 @@ func (c *Cache) ReadAt(key, etag string, size int64, p []byte, off int64) bool {
 	}
 	c.mu.Lock()
 	o := c.objects[id(key, etag)]
-	var held []*block
+	var runs []run
 	if o != nil {
-		held = o.holding(off/pageSize, (end-1)/pageSize)
+		runs = o.runsOf(off/pageSize, (end-1)/pageSize)
 	}
-	if held == nil {
+	if runs == nil {
 		c.mu.Unlock()
 		c.stats.Misses.Add(1)
 		return false
 	}
-	for _, b := range held {
-		b.refs++
-		c.lru.MoveToFront(b.elem)
-	}
+	c.hold(runs)
 	c.mu.Unlock()
 
-	n, err := o.f.ReadAt(p, off)
+	ok := true
+	for _, r := range runs {
+		from, to := max(off, r.page*pageSize), min(end, (r.page+r.n)*pageSize)
+		n, err := c.f.ReadAt(p[from-off:to-off], r.at*pageSize+from-r.page*pageSize)
+		if err != nil || int64(n) != to-from {
+			ok = false
+			break
+		}
+	}
 
 	c.mu.Lock()
-	for _, b := range held {
-		b.refs--
-	}
+	c.unhold(runs)
 	c.mu.Unlock()
-	if err != nil || n != len(p) {
+	if !ok {
 		c.stats.Misses.Add(1)
 		return false
 	}
@@ -198,32 +230,47 @@ func (c *Cache) ReadAt(key, etag string, size int64, p []byte, off int64) bool {
 	return true
 }
 
-// holding returns the blocks of pages first..last when every page is
-// present, else nil.
-func (o *object) holding(first, last int64) []*block {
-	var held []*block
-	for pg := first; pg <= last; pg++ {
-		b := o.blocks[pg/pagesPerBlock]
-		if b == nil || !b.has(pg%pagesPerBlock) {
-			return nil
-		}
-		if len(held) == 0 || held[len(held)-1] != b {
-			held = append(held, b)
-		}
-	}
-	return held
+// run is n consecutive pages of an object, from page, in n consecutive
+// pages of the file, from at.
+type run struct {
+	page, at, n int64
 }
 
-func (b *block) has(i int64) bool { return b.pages[i/64]&(1<<(i%64)) != 0 }
-
-// set marks page i present and reports whether it was not before.
-func (b *block) set(i int64) bool {
-	if b.has(i) {
-		return false
+// runsOf returns where pages first..last are when every one is present,
+// else nil.
+func (o *object) runsOf(first, last int64) []run {
+	var runs []run
+	for pg := first; pg <= last; pg++ {
+		s, ok := o.pages[pg]
+		if !ok || !s.ready {
+			return nil
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k].at+runs[k].n == s.at {
+			runs[k].n++
+			continue
+		}
+		runs = append(runs, run{page: pg, at: s.at, n: 1})
 	}
-	b.pages[i/64] |= 1 << (i % 64)
-	b.count++
-	return true
+	return runs
+}
+
+// hold and unhold count the runs' reads on their segments (a run may
+// go on into the next one), and hold makes them the most recently used.
+func (c *Cache) hold(runs []run) {
+	for _, r := range runs {
+		for i := r.at / pagesPerSegment; i <= (r.at+r.n-1)/pagesPerSegment; i++ {
+			c.segments[i].refs++
+			c.lru.MoveToFront(c.segments[i].elem)
+		}
+	}
+}
+
+func (c *Cache) unhold(runs []run) {
+	for _, r := range runs {
+		for i := r.at / pagesPerSegment; i <= (r.at+r.n-1)/pagesPerSegment; i++ {
+			c.segments[i].refs--
+		}
+	}
 }
 
 // Store keeps p, the object's bytes at off, as far as they fill whole
@@ -242,106 +289,142 @@ func (c *Cache) Store(key, etag string, size int64, p []byte, off int64) {
 	if stop <= first || (stop-first)*pageSize > c.limit/2 {
 		return
 	}
-	from, to := first*pageSize, min(stop*pageSize, size)
 
 	c.mu.Lock()
-	o, err := c.object(key, etag)
-	if err != nil {
-		c.mu.Unlock()
-		c.stats.WriteErrors.Add(1)
-		return
-	}
-	var held []*block
-	for bi := first / pagesPerBlock; bi <= (stop-1)/pagesPerBlock; bi++ {
-		b := o.blocks[bi]
-		if b == nil {
-			b = &block{obj: o, index: bi}
-			b.elem = c.lru.PushFront(b)
-			o.blocks[bi] = b
+	o := c.object(key, etag)
+	var runs []run
+	var segs []*segment // held while their pages are written
+	for pg := first; pg < stop; pg++ {
+		if _, ok := o.pages[pg]; ok {
+			continue // present, or being written by another Store
 		}
-		b.refs++
-		held = append(held, b)
+		at, ok := c.nextSlot(o, pg)
+		if !ok {
+			break // every segment is in use: the rest is not kept
+		}
+		if sg := c.segments[at/pagesPerSegment]; len(segs) == 0 || segs[len(segs)-1] != sg {
+			sg.refs++ // so that filling the next one cannot evict it
+			segs = append(segs, sg)
+		}
+		o.pages[pg] = slot{at: at}
+		if k := len(runs) - 1; k >= 0 && runs[k].page+runs[k].n == pg && runs[k].at+runs[k].n == at {
+			runs[k].n++
+		} else {
+			runs = append(runs, run{page: pg, at: at, n: 1})
+		}
 	}
 	c.mu.Unlock()
 
-	_, werr := o.f.WriteAt(p[from-off:to-off], from)
+	failed := make([]bool, len(runs))
+	anyFailed := false
+	for i, r := range runs {
+		from, to := r.page*pageSize, min((r.page+r.n)*pageSize, size)
+		if _, err := c.f.WriteAt(p[from-off:to-off], r.at*pageSize); err != nil {
+			failed[i], anyFailed = true, true
+		}
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, b := range held {
-		b.refs--
+	for _, sg := range segs {
+		sg.refs--
 	}
-	if werr != nil {
+	if anyFailed {
 		c.stats.WriteErrors.Add(1)
-		for _, b := range held {
-			if b.count == 0 && b.refs == 0 {
-				c.drop(b)
-			}
-		}
-		return
 	}
-	for pg := first; pg < stop; pg++ {
-		if o.blocks[pg/pagesPerBlock].set(pg % pagesPerBlock) {
+	for i, r := range runs {
+		for k := range r.n {
+			pg, at := r.page+k, r.at+k
+			if failed[i] {
+				delete(o.pages, pg)
+				c.segments[at/pagesPerSegment].held[at%pagesPerSegment] = heldPage{}
+				continue
+			}
+			o.pages[pg] = slot{at: at, ready: true}
 			c.used += pageSize
 		}
 	}
-	for _, b := range held {
-		c.lru.MoveToFront(b.elem)
-	}
-	c.evict()
+	c.forgetIfEmpty(o)
 	c.stats.Bytes.Store(c.used)
 }
 
-// object returns the file of an object version, creating it empty.
-func (c *Cache) object(key, etag string) (*object, error) {
+// object returns the pages of an object version, none yet if it is new.
+func (c *Cache) object(key, etag string) *object {
 	k := id(key, etag)
 	if o := c.objects[k]; o != nil {
-		return o, nil
+		return o
 	}
-	f, err := os.OpenFile(filepath.Join(c.dir, k), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	o := &object{id: k, f: f, blocks: map[int64]*block{}}
+	o := &object{id: k, pages: map[int64]slot{}}
 	c.objects[k] = o
-	return o, nil
+	return o
 }
 
-// evict drops least recently used blocks until the cache fits its limit.
-// Blocks in use stay; the cache may run over by them until they are
-// released and the next Store evicts again.
-func (c *Cache) evict() {
-	for e := c.lru.Back(); e != nil && c.used > c.limit; {
-		b := e.Value.(*block)
-		e = e.Prev()
-		if b.refs > 0 {
+// forgetIfEmpty drops an object version no page is kept of.
+func (c *Cache) forgetIfEmpty(o *object) {
+	if len(o.pages) == 0 && c.objects[o.id] == o {
+		delete(c.objects, o.id)
+	}
+}
+
+// nextSlot takes the next page of the segment being filled for obj's
+// page pg, starting another segment when it is full: a new one while the
+// file is below the limit, else the least recently used one no read or
+// write is using, whose pages are dropped. It fails when every segment
+// is in use.
+func (c *Cache) nextSlot(obj *object, pg int64) (int64, bool) {
+	if c.open == nil || len(c.open.held) == pagesPerSegment {
+		sg := c.freeSegment()
+		if sg == nil {
+			return 0, false
+		}
+		c.open = sg
+	}
+	sg := c.open
+	at := sg.index*pagesPerSegment + int64(len(sg.held))
+	sg.held = append(sg.held, heldPage{obj: obj, page: pg})
+	c.lru.MoveToFront(sg.elem)
+	return at, true
+}
+
+// freeSegment returns an empty segment to fill, or nil.
+func (c *Cache) freeSegment() *segment {
+	if int64(len(c.segments)+1)*blockSize <= c.limit {
+		sg := &segment{index: int64(len(c.segments)), held: make([]heldPage, 0, pagesPerSegment)}
+		sg.elem = c.lru.PushFront(sg)
+		c.segments = append(c.segments, sg)
+		return sg
+	}
+	for e := c.lru.Back(); e != nil; e = e.Prev() {
+		sg := e.Value.(*segment)
+		if sg.refs > 0 {
 			continue
 		}
-		c.drop(b)
-		c.stats.Evictions.Add(1)
+		c.evict(sg)
+		return sg
 	}
+	return nil
 }
 
-// drop forgets a block and frees its disk space; an object with no
-// blocks left loses its file. Called with c.mu held, so that no read or
-// write can start on the range while the hole is punched.
-func (c *Cache) drop(b *block) {
-	o := b.obj
-	c.lru.Remove(b.elem)
-	delete(o.blocks, b.index)
-	c.used -= int64(b.count) * pageSize
-	if len(o.blocks) == 0 {
-		o.f.Close()
-		os.Remove(o.f.Name())
-		delete(c.objects, o.id)
-		return
-	}
-	if b.count > 0 {
-		// Without the hole the disk would keep what the limit says is gone.
-		if err := unix.Fallocate(int(o.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, b.index*blockSize, blockSize); err != nil {
-			// The bytes stay on disk but are never read (their pages are
-			// gone from the index); the file goes with its object.
-			c.stats.WriteErrors.Add(1)
+// evict drops the pages a segment holds, so that it can be filled again.
+func (c *Cache) evict(sg *segment) {
+	dropped := 0
+	for i, h := range sg.held {
+		if h.obj == nil {
+			continue
+		}
+		at := sg.index*pagesPerSegment + int64(i)
+		if s, ok := h.obj.pages[h.page]; ok && s.at == at {
+			delete(h.obj.pages, h.page)
+			if s.ready {
+				c.used -= pageSize
+				dropped++
+			}
+			c.forgetIfEmpty(h.obj)
 		}
 	}
+	sg.held = sg.held[:0]
+	if dropped > 0 {
+		c.stats.Evictions.Add(1)
+	}
+	c.stats.Bytes.Store(c.used)
 }

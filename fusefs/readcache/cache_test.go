@@ -122,40 +122,93 @@ func TestEvictionKeepsTheLimit(t *testing.T) {
 	}
 }
 
-// An object whose blocks are all gone loses its file.
-func TestEvictedObjectsLoseTheirFiles(t *testing.T) {
+// An object whose pages are all evicted is forgotten.
+func TestEvictedObjectsAreForgotten(t *testing.T) {
 	c := newCache(t, 2<<20)
 	obj := content(1 << 20)
 	for i := range 10 {
 		c.Store(fmt.Sprint("k", i), "e", 1<<20, obj, 0)
 	}
-	files, err := os.ReadDir(c.Dir())
-	if err != nil {
-		t.Fatal(err)
+	c.mu.Lock()
+	n := len(c.objects)
+	c.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d objects indexed in a cache of two 1 MiB segments", n)
 	}
-	if len(files) != 2 {
-		t.Errorf("%d files for a cache of two 1 MiB blocks", len(files))
+	for i := range 10 {
+		want := i >= 8
+		if got := c.ReadAt(fmt.Sprint("k", i), "e", 1<<20, make([]byte, 4096), 0); got != want {
+			t.Errorf("k%d: hit %v, want %v", i, got, want)
+		}
 	}
 }
 
-// A block being read is never punched out under the read.
-func TestEvictionSkipsBlocksInUse(t *testing.T) {
+// A segment being read is never filled again under the read.
+func TestEvictionSkipsSegmentsInUse(t *testing.T) {
 	c := newCache(t, 2<<20)
 	obj := content(1 << 20)
 	c.Store("busy", "e", 1<<20, obj, 0)
 	c.mu.Lock()
-	b := c.objects[id("busy", "e")].blocks[0]
-	b.refs++ // as ReadAt holds it during its pread
+	sg := c.segments[c.objects[id("busy", "e")].pages[0].at/pagesPerSegment]
+	sg.refs++ // as ReadAt holds it during its pread
 	c.mu.Unlock()
 	for i := range 4 {
 		c.Store(fmt.Sprint("k", i), "e", 1<<20, obj, 0)
 	}
 	c.mu.Lock()
-	b.refs--
+	sg.refs--
 	c.mu.Unlock()
 	p := make([]byte, 1<<20)
 	if !c.ReadAt("busy", "e", 1<<20, p, 0) || !bytes.Equal(p, obj) {
-		t.Fatal("the block in use was evicted")
+		t.Fatal("the segment in use was evicted")
+	}
+}
+
+// Pages read close in time lie close in the file, whatever their
+// objects' offsets: random pages stored one after another are read back
+// in the same order from consecutive pages of the cache's file.
+func TestPagesLieInTheOrderTheyCame(t *testing.T) {
+	const size = 64 << 20
+	c := newCache(t, 8<<20)
+	rng := rand.New(rand.NewSource(1))
+	page := make([]byte, pageSize)
+	var offs []int64
+	for range 100 {
+		off := rng.Int63n(size/pageSize) * pageSize
+		c.mu.Lock()
+		_, dup := c.objects[id("k", "e")]
+		if dup {
+			_, dup = c.objects[id("k", "e")].pages[off/pageSize]
+		}
+		c.mu.Unlock()
+		if dup {
+			continue
+		}
+		for i := range page {
+			page[i] = byte(off/pageSize) + byte(i)
+		}
+		c.Store("k", "e", size, page, off)
+		offs = append(offs, off)
+	}
+	c.mu.Lock()
+	for i, off := range offs {
+		if at := c.objects[id("k", "e")].pages[off/pageSize].at; at != int64(i) {
+			t.Errorf("the page at %d, stored %dth, is the file's page %d", off, i, at)
+		}
+	}
+	c.mu.Unlock()
+	for _, off := range offs {
+		if !c.ReadAt("k", "e", size, page, off) {
+			t.Fatalf("page at %d missed", off)
+		}
+		for i := range page {
+			if page[i] != byte(off/pageSize)+byte(i) {
+				t.Fatalf("page at %d: wrong bytes", off)
+			}
+		}
+	}
+	if st, err := os.Stat(filepath.Join(c.Dir(), "pages")); err != nil || st.Size() != int64(len(offs))*pageSize {
+		t.Errorf("the cache's file: %v, %v; want %d bytes, pages one after another", st.Size(), err, len(offs)*pageSize)
 	}
 }
 
@@ -200,24 +253,23 @@ func TestConcurrentUseServesRightBytes(t *testing.T) {
 	}
 }
 
-// Keys become hashed file names: none can reach outside the directory.
+// Keys name no files: the cache's directory holds its one file whatever
+// the keys are.
 func TestKeysStayInsideTheDirectory(t *testing.T) {
 	c := newCache(t, 4<<20)
 	obj := content(8192)
 	for _, key := range []string{"../../etc/passwd", "/abs", "a/b/../../..", "\x00"} {
 		c.Store(key, "e", 8192, obj, 0)
+		if !c.ReadAt(key, "e", 8192, make([]byte, 8192), 0) {
+			t.Errorf("%q missed", key)
+		}
 	}
 	files, err := os.ReadDir(c.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 4 {
-		t.Fatalf("%d files, want 4", len(files))
-	}
-	for _, f := range files {
-		if len(f.Name()) != 32 || f.IsDir() {
-			t.Errorf("unexpected entry %q", f.Name())
-		}
+	if len(files) != 1 || files[0].Name() != "pages" {
+		t.Fatalf("the cache's directory holds %v, want only its file", files)
 	}
 }
 
@@ -244,13 +296,12 @@ func TestFailedWriteIsAMissLater(t *testing.T) {
 	obj := content(8192)
 	c.Store("k", "e", 8192, obj[:4096], 0)
 	c.mu.Lock()
-	o := c.objects[id("k", "e")]
-	ro, err := os.Open(o.f.Name())
+	ro, err := os.Open(c.f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.f.Close()
-	o.f = ro // read-only: the next write fails with EBADF
+	c.f.Close()
+	c.f = ro // read-only: the next write fails with EBADF
 	c.mu.Unlock()
 	c.Store("k", "e", 8192, obj[4096:], 4096)
 	if c.Stats().WriteErrors.Load() != 1 {

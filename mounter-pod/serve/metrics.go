@@ -86,7 +86,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	if current().ReadCache() != nil {
 		cacheStat("read_cache_hits_total", "Random reads answered from the local read cache.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Hits })
 		cacheStat("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Misses })
-		cacheStat("read_cache_evictions_total", "1 MiB blocks dropped from the read cache to stay within --read-cache-mib.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Evictions })
+		cacheStat("read_cache_evictions_total", "1 MiB segments dropped from the read cache to stay within --read-cache-mib.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Evictions })
 		cacheStat("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.WriteErrors })
 		cacheStat("read_cache_bytes", "Bytes in the read cache now (bounded by --read-cache-mib).", gauge, func(s *readcache.Stats) *atomic.Int64 { return &s.Bytes })
 	}
