@@ -17,14 +17,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/objfuse/objfuse/fusefs"
-	"github.com/objfuse/objfuse/fusefs/limits"
+	"github.com/objfuse/objfuse/fusefs/offheap"
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
 	"github.com/objfuse/objfuse/mounter-pod/mounts"
 	"github.com/objfuse/objfuse/mounter-pod/serve"
@@ -193,10 +192,12 @@ func run(args []string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
 	o.cfg.Logger = slog.New(h)
-	if os.Getenv("GOMEMLIMIT") == "" && o.cfg.FS.MemoryLimit > 0 {
+	if total := processMemory(o.cfg.FS.MemoryLimit); total > 0 {
 		// Let the GC work harder before the process outgrows its buffers
-		// plus a margin for the runtime, FUSE requests and HTTP.
-		debug.SetMemoryLimit(o.cfg.FS.MemoryLimit + limits.RuntimeReserve)
+		// plus a margin for the runtime, FUSE requests and HTTP. Part
+		// buffers are mapped outside the Go heap: the runtime's limit
+		// is what they leave.
+		offheap.Within(total)
 	}
 	ctx := context.Background()
 

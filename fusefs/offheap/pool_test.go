@@ -1,6 +1,7 @@
 package offheap_test
 
 import (
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -95,5 +96,40 @@ func TestCloseUnmapsTheFreeBuffers(t *testing.T) {
 	p.Close()
 	if got := p.Mapped(); got != 0 {
 		t.Fatalf("%d bytes mapped after the last Close, want 0", got)
+	}
+}
+
+// TestTheGoLimitLeavesRoomForMappedBuffers: under Within, the runtime's
+// soft limit is the process's total less what is mapped, as buffers are
+// mapped and unmapped, and never under half the total.
+func TestTheGoLimitLeavesRoomForMappedBuffers(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() {
+		offheap.Within(0)
+		debug.SetMemoryLimit(before)
+	})
+	const total = 8 * size
+	offheap.Within(total)
+	if got := offheap.GoLimit(); got != total {
+		t.Fatalf("Go limit %d with nothing mapped, want %d", got, total)
+	}
+	p := offheap.NewPool(size, time.Hour)
+	var out []*[]byte
+	for i := 1; i <= 6; i++ {
+		b, err := p.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+		if want := max(int64(total-i*size), total/2); offheap.GoLimit() != want {
+			t.Fatalf("Go limit %d with %d buffers mapped, want %d", offheap.GoLimit(), i, want)
+		}
+	}
+	for _, b := range out {
+		p.Put(b)
+	}
+	p.Close()
+	if got := offheap.GoLimit(); got != total {
+		t.Fatalf("Go limit %d once every buffer is unmapped, want %d", got, total)
 	}
 }

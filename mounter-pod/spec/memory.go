@@ -14,7 +14,10 @@ import (
 // leaves beside its budget); objfuse-mount's budget for written data,
 // readahead and listings (--memory-limit-mib); and the inodes the kernel
 // keeps looked up (--max-inodes), which objfuse-mount holds apart from
-// that budget. Left to objfuse-mount's defaults, a mounter of the default
+// that budget. The budget's part buffers are mapped outside the Go heap,
+// where the runtime does not see them: objfuse-mount lowers the
+// runtime's limit by what they map (offheap.Within), so that the three
+// shares together stay within GOMEMLIMIT. Left to objfuse-mount's defaults, a mounter of the default
 // 256Mi limit could hold 64 MiB of buffers and 100,000 inodes (100 to
 // 200 MiB) beside its runtime: a find over a large bucket during a copy
 // would take it past its limit.

@@ -41,7 +41,7 @@ const readCacheFlag = "--read-cache-mib 1024"
 
 // lowMemoryFlag is the objfuse-lowmem variant's memory budget: three 8
 // MiB parts, what the 1 GiB copy's RSS target asks the budget to cost.
-const lowMemoryFlag = "--memory-limit-mib 24"
+const lowMemoryFlag = "--memory-limit-mib 16 --part-size-mib 5"
 
 // lowMemoryGoLimit is the objfuse-lowmem variant's GOMEMLIMIT: the
 // budget and the runtime's share, as a mounter pod's limit gives it.
