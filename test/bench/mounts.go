@@ -39,8 +39,10 @@ func (v *variant) runs(row string) bool { return v.only == nil || v.only[row] }
 // random read of the rand row.
 const readCacheFlag = "--read-cache-mib 1024"
 
-// lowMemoryFlag is the objfuse-lowmem variant's memory budget: three 8
-// MiB parts, what the 1 GiB copy's RSS target asks the budget to cost.
+// lowMemoryFlag is the objfuse-lowmem variant's memory budget: three 5
+// MiB parts (S3's smallest) and a MiB beside them, the least budget that
+// keeps two parts going up while the next fills: what the 1 GiB copy's
+// RSS target asks the budget to cost.
 const lowMemoryFlag = "--memory-limit-mib 16 --part-size-mib 5"
 
 // lowMemoryGoLimit is the objfuse-lowmem variant's GOMEMLIMIT: the
