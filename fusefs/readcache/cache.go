@@ -64,6 +64,9 @@ type Cache struct {
 	open     *segment  // the segment being filled; nil before the first
 	objects  map[string]*object
 	used     int64 // bytes of pages present
+	// closed: the file is gone; reads and writes under way when Close
+	// came finish as misses and change nothing.
+	closed bool
 }
 
 // object is one object version's pages.
@@ -169,9 +172,10 @@ func (c *Cache) Dir() string { return c.dir }
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	c.f.Close()
 	c.objects = map[string]*object{}
-	c.segments, c.open = nil, nil
+	c.open = nil // the segments stay for the unhold of reads under way
 	c.lru.Init()
 	c.used = 0
 	c.stats.Bytes.Store(0)
@@ -181,10 +185,11 @@ func (c *Cache) Close() error {
 	return os.RemoveAll(c.dir)
 }
 
-// id names an object version. A hash keeps file names short and inside
-// the cache directory whatever the key holds.
-func id(key, etag string) string {
-	h := sha256.Sum256([]byte(key + "\x00" + etag))
+// id names an object version: its key, ETag and size (a caller that
+// disagreed on the size with the one that stored it would read a short
+// last page's stale tail).
+func id(key, etag string, size int64) string {
+	h := sha256.Sum256([]byte(key + "\x00" + etag + "\x00" + strconv.FormatInt(size, 10)))
 	return hex.EncodeToString(h[:16])
 }
 
@@ -195,8 +200,12 @@ func (c *Cache) ReadAt(key, etag string, size int64, p []byte, off int64) bool {
 	if len(p) == 0 || off < 0 || end > size {
 		return false
 	}
+	k := id(key, etag, size)
 	c.mu.Lock()
-	o := c.objects[id(key, etag)]
+	o := c.objects[k]
+	if c.closed {
+		o = nil
+	}
 	var runs []run
 	if o != nil {
 		runs = o.runsOf(off/pageSize, (end-1)/pageSize)
@@ -290,8 +299,13 @@ func (c *Cache) Store(key, etag string, size int64, p []byte, off int64) {
 		return
 	}
 
+	k := id(key, etag, size)
 	c.mu.Lock()
-	o := c.object(key, etag)
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	o := c.object(k)
 	var runs []run
 	var segs []*segment // held while their pages are written
 	for pg := first; pg < stop; pg++ {
@@ -313,6 +327,11 @@ func (c *Cache) Store(key, etag string, size int64, p []byte, off int64) {
 			runs = append(runs, run{page: pg, at: at, n: 1})
 		}
 	}
+	if len(o.pages) > 0 {
+		// Starting a segment may have evicted o's last pages and
+		// forgotten o, before any of its new ones was taken.
+		c.objects[o.id] = o
+	}
 	c.mu.Unlock()
 
 	failed := make([]bool, len(runs))
@@ -328,6 +347,9 @@ func (c *Cache) Store(key, etag string, size int64, p []byte, off int64) {
 	defer c.mu.Unlock()
 	for _, sg := range segs {
 		sg.refs--
+	}
+	if c.closed {
+		return
 	}
 	if anyFailed {
 		c.stats.WriteErrors.Add(1)
@@ -348,9 +370,9 @@ func (c *Cache) Store(key, etag string, size int64, p []byte, off int64) {
 	c.stats.Bytes.Store(c.used)
 }
 
-// object returns the pages of an object version, none yet if it is new.
-func (c *Cache) object(key, etag string) *object {
-	k := id(key, etag)
+// object returns the pages of the object version k names, none yet if
+// it is new.
+func (c *Cache) object(k string) *object {
 	if o := c.objects[k]; o != nil {
 		return o
 	}

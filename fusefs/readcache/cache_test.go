@@ -11,12 +11,19 @@ import (
 	"testing"
 )
 
-// content is a recognisable object body: every byte depends on its offset.
-func content(size int64) []byte {
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = byte(i*7 + i/4096)
+// content is a recognisable object body: pseudo-random bytes with no
+// period, so that a page served from the wrong place (another page, another
+// segment) shows.
+func content(size int64) []byte { return contentOf("", size) }
+
+// contentOf is key's body: another key's bytes differ everywhere.
+func contentOf(key string, size int64) []byte {
+	var seed int64
+	for _, c := range key {
+		seed = seed*131 + int64(c)
 	}
+	b := make([]byte, size)
+	rand.New(rand.NewSource(seed)).Read(b)
 	return b
 }
 
@@ -103,6 +110,12 @@ func TestEvictionKeepsTheLimit(t *testing.T) {
 				t.Fatal("block 0 missed")
 			}
 		}
+		if i == 4 {
+			p := make([]byte, 4096)
+			if c.ReadAt("k", "e", int64(len(obj)), p, 1<<20) || !c.ReadAt("k", "e", int64(len(obj)), p, 0) {
+				t.Fatal("the fifth block evicted block 0, read since, rather than block 1")
+			}
+		}
 		if got := c.Stats().Bytes.Load(); got > limit {
 			t.Fatalf("after block %d the cache holds %d bytes, over its %d limit", i, got, limit)
 		}
@@ -125,9 +138,9 @@ func TestEvictionKeepsTheLimit(t *testing.T) {
 // An object whose pages are all evicted is forgotten.
 func TestEvictedObjectsAreForgotten(t *testing.T) {
 	c := newCache(t, 2<<20)
-	obj := content(1 << 20)
 	for i := range 10 {
-		c.Store(fmt.Sprint("k", i), "e", 1<<20, obj, 0)
+		key := fmt.Sprint("k", i)
+		c.Store(key, "e", 1<<20, contentOf(key, 1<<20), 0)
 	}
 	c.mu.Lock()
 	n := len(c.objects)
@@ -135,10 +148,14 @@ func TestEvictedObjectsAreForgotten(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d objects indexed in a cache of two 1 MiB segments", n)
 	}
+	p := make([]byte, 1<<20)
 	for i := range 10 {
+		key := fmt.Sprint("k", i)
 		want := i >= 8
-		if got := c.ReadAt(fmt.Sprint("k", i), "e", 1<<20, make([]byte, 4096), 0); got != want {
-			t.Errorf("k%d: hit %v, want %v", i, got, want)
+		if got := c.ReadAt(key, "e", 1<<20, p, 0); got != want {
+			t.Errorf("%s: hit %v, want %v", key, got, want)
+		} else if got && !bytes.Equal(p, contentOf(key, 1<<20)) {
+			t.Errorf("%s: another object's bytes", key)
 		}
 	}
 }
@@ -149,7 +166,7 @@ func TestEvictionSkipsSegmentsInUse(t *testing.T) {
 	obj := content(1 << 20)
 	c.Store("busy", "e", 1<<20, obj, 0)
 	c.mu.Lock()
-	sg := c.segments[c.objects[id("busy", "e")].pages[0].at/pagesPerSegment]
+	sg := c.segments[c.objects[id("busy", "e", 1<<20)].pages[0].at/pagesPerSegment]
 	sg.refs++ // as ReadAt holds it during its pread
 	c.mu.Unlock()
 	for i := range 4 {
@@ -176,9 +193,9 @@ func TestPagesLieInTheOrderTheyCame(t *testing.T) {
 	for range 100 {
 		off := rng.Int63n(size/pageSize) * pageSize
 		c.mu.Lock()
-		_, dup := c.objects[id("k", "e")]
+		o, dup := c.objects[id("k", "e", size)]
 		if dup {
-			_, dup = c.objects[id("k", "e")].pages[off/pageSize]
+			_, dup = o.pages[off/pageSize]
 		}
 		c.mu.Unlock()
 		if dup {
@@ -192,7 +209,7 @@ func TestPagesLieInTheOrderTheyCame(t *testing.T) {
 	}
 	c.mu.Lock()
 	for i, off := range offs {
-		if at := c.objects[id("k", "e")].pages[off/pageSize].at; at != int64(i) {
+		if at := c.objects[id("k", "e", size)].pages[off/pageSize].at; at != int64(i) {
 			t.Errorf("the page at %d, stored %dth, is the file's page %d", off, i, at)
 		}
 	}
@@ -296,6 +313,11 @@ func TestFailedWriteIsAMissLater(t *testing.T) {
 	obj := content(8192)
 	c.Store("k", "e", 8192, obj[:4096], 0)
 	c.mu.Lock()
+	// Long enough that a pread of the page that failed would find bytes:
+	// only the index can make it a miss.
+	if err := c.f.Truncate(1 << 20); err != nil {
+		t.Fatal(err)
+	}
 	ro, err := os.Open(c.f.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -371,5 +393,78 @@ func TestNewRemovesDirectoriesOfDeadCaches(t *testing.T) {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("%s: %v", filepath.Base(d), err)
 		}
+	}
+}
+
+// A read holds every segment its pages are in: a run of pages that goes
+// on from one segment of the file into the next keeps both from being
+// filled again under it.
+func TestAReadHoldsEverySegmentItsPagesAreIn(t *testing.T) {
+	c := newCache(t, 4<<20)
+	c.Store("a", "e", pageSize, contentOf("a", pageSize), 0) // slot 0
+	const size = 1 << 20
+	obj := contentOf("b", size)
+	c.Store("b", "e", size, obj, 0) // slots 1 to 256: segments 0 and 1
+	c.mu.Lock()
+	o := c.objects[id("b", "e", size)]
+	runs := o.runsOf(0, size/pageSize-1)
+	c.hold(runs)
+	held := [2]int{c.segments[0].refs, c.segments[1].refs}
+	c.unhold(runs)
+	after := [2]int{c.segments[0].refs, c.segments[1].refs}
+	c.mu.Unlock()
+	if held != [2]int{1, 1} || after != [2]int{0, 0} {
+		t.Fatalf("refs while held %v, after %v; want [1 1] and [0 0]", held, after)
+	}
+	p := make([]byte, size)
+	if !c.ReadAt("b", "e", size, p, 0) || !bytes.Equal(p, obj) {
+		t.Fatal("the pages across two segments were not read back whole")
+	}
+}
+
+// Pages stored for an object whose earlier pages the same Store evicted
+// (to start a segment) are indexed, not lost.
+func TestAStoreThatEvictsItsObjectsPagesKeepsItsNewOnes(t *testing.T) {
+	c := newCache(t, 2<<20)
+	a := contentOf("a", 2*pageSize)
+	c.Store("a", "e", 2*pageSize, a[:pageSize], 0) // segment 0, least recently used
+	fill := contentOf("f", 2<<20)
+	c.Store("f", "e", 2<<20, fill[:blockSize-pageSize], 0)                                      // fills segment 0
+	c.Store("f", "e", 2<<20, fill[blockSize-pageSize:2*blockSize-pageSize], blockSize-pageSize) // fills segment 1
+	c.Store("a", "e", 2*pageSize, a[pageSize:], pageSize)                                       // evicts segment 0, with a's page 0
+	p := make([]byte, pageSize)
+	if !c.ReadAt("a", "e", 2*pageSize, p, pageSize) || !bytes.Equal(p, a[pageSize:]) {
+		t.Fatal("the page stored last was lost")
+	}
+	if c.ReadAt("a", "e", 2*pageSize, p, 0) {
+		t.Fatal("an evicted page was served")
+	}
+}
+
+// Close while reads and writes are under way: they finish as misses,
+// nothing panics, nothing is counted.
+func TestCloseDuringUse(t *testing.T) {
+	c, err := New(t.TempDir(), 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := contentOf("k", 1<<20)
+	c.Store("k", "e", 1<<20, obj, 0)
+	c.mu.Lock()
+	runs := c.objects[id("k", "e", 1<<20)].runsOf(0, 0)
+	c.hold(runs) // a ReadAt between its hold and its pread
+	c.mu.Unlock()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.unhold(runs)
+	c.mu.Unlock()
+	c.Store("k", "e", 1<<20, obj, 0)
+	if c.ReadAt("k", "e", 1<<20, make([]byte, pageSize), 0) {
+		t.Fatal("a closed cache served a read")
+	}
+	if got := c.Stats().Bytes.Load(); got != 0 {
+		t.Fatalf("a closed cache counts %d bytes", got)
 	}
 }
