@@ -36,7 +36,7 @@ func TestMetricsNameTheReadCacheOnlyWhenThereIsOne(t *testing.T) {
 			}
 			defer f.Close()
 			text := scrape(t, serveMetricsOf(t, f))
-			for _, m := range []string{`objfuse_buffer_bytes{source="objfuse:b/"} 0`, "objfuse_uploads_total", "objfuse_read_spliced_bytes_total"} {
+			for _, m := range []string{`objfuse_buffer_bytes{source="objfuse:b/"} 0`, `objfuse_mapped_buffer_bytes{source="objfuse:b/"} 0`, "process_resident_memory_bytes", "objfuse_uploads_total", "objfuse_read_spliced_bytes_total"} {
 				if !strings.Contains(text, m) {
 					t.Errorf("no %s in /metrics", m)
 				}
