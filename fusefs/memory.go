@@ -105,6 +105,7 @@ func (b *buffers) getForWrite(ctx context.Context) *[]byte {
 func (b *buffers) mapped() *[]byte {
 	p, err := b.pool.Get()
 	if err != nil {
+		b.fsys.opts.Logger.Debug("no part buffer: the caller goes on without", "err", err)
 		b.fsys.release(int64(b.fsys.opts.PartSize))
 		return nil
 	}

@@ -60,7 +60,7 @@ func checkHeldMemory(t *testing.T, f *fusefs.FS, base int64) {
 	// GOMAXPROCS (at most 16) readers and one more.
 	slack := int64(16<<20 + (min(runtime.GOMAXPROCS(0), 16)+1)<<20)
 	if grew := heldMemory(f) - base; grew > memTestLimit+slack {
-		t.Fatalf("the heap grew by %d MiB holding %d MiB of written data; the memory limit is %d MiB",
+		t.Fatalf("the heap and mapped buffers grew by %d MiB holding %d MiB of written data; the memory limit is %d MiB",
 			grew>>20, memTestFiles*memTestSize>>20, memTestLimit>>20)
 	}
 	if held := f.Stats().BufferBytes.Load(); held > memTestLimit {

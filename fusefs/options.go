@@ -73,7 +73,7 @@ type Options struct {
 	// StagingDir). One mount at a time may use it.
 	JournalDir string
 	// ReadCacheSize, when above zero, keeps ranges read at random (not
-	// sequential readahead) in local files under ReadCacheDir (default
+	// sequential readahead) in a local file under ReadCacheDir (default
 	// StagingDir), up to this many bytes, so that reading them again,
 	// after the kernel dropped its pages, costs no GET.
 	ReadCacheSize int64

@@ -63,7 +63,7 @@ var MountOptionTable = []MountOption{
 	{Param: ParamMemoryLimitMiB, Flag: "memory-limit-mib", Kind: Whole, Min: 16, Max: 65536, Default: strconv.Itoa(limits.DefaultMemoryLimit >> 20),
 		Usage: "bound on memory for written data not yet uploaded and for readahead, in MiB (beyond it, writes wait for uploads or go to staging files)"},
 	{Param: ParamReadCacheMiB, Flag: "read-cache-mib", Kind: Whole, Min: 0, Max: 1 << 20, Default: strconv.Itoa(limits.DefaultReadCacheMiB),
-		Usage: "keep up to this many MiB of randomly read ranges in local files (the staging directory), keyed by object version, so reading them again needs no GET (0: no cache; a mounter pod with less than 2 GiB of staging space gets a quarter of it by default)"},
+		Usage: "keep up to this many MiB of randomly read ranges in a local file (the staging directory), keyed by object version, so reading them again needs no GET (0: no cache; a mounter pod with less than 2 GiB of staging space gets a quarter of it by default)"},
 	{Param: ParamCapacityBytes, Flag: "capacity", Kind: Whole, Min: 0, Max: 1 << 62, Default: "0",
 		Usage: "the volume's size in bytes, enforced: a write past it fails with ENOSPC and statfs shows it (0: no quota; a mounter pod gets its PVC's size, and a larger one recorded by an expansion)"},
 }

@@ -18,9 +18,11 @@ const DefaultReadCacheMiB = 256
 
 // RuntimeReserve is the memory a mounter needs beside its budget
 // (--memory-limit-mib) and its inodes: the Go runtime, its code, go-fuse's
-// request buffers and HTTP. objfuse-mount sets its GC's soft limit that
-// much above its budget, and a mounter pod's limit is shared out with
-// that much off (spec).
+// request buffers and HTTP. Without GOMEMLIMIT, objfuse-mount takes its
+// budget and this much as what the process may hold (the Go runtime's
+// soft limit is that less the part buffers mapped outside its heap,
+// offheap.Within), and a mounter pod's limit is shared out with this much
+// off (spec).
 const RuntimeReserve = 48 << 20
 
 // The filesystem's defaults for what a volume's mount options may set.

@@ -34,6 +34,8 @@ func mappedChanged(delta int64) {
 	applyLimit()
 }
 
+// applyLimit sets the runtime's limit from the totals; limitMu is held,
+// so that two changes cannot apply their limits out of order.
 func applyLimit() {
 	if processMax <= 0 {
 		return

@@ -14,16 +14,9 @@ const size = 1 << 20
 // next one handed out (no new mapping), and once idle for the pool's idle
 // time its memory goes back to the system.
 func TestBuffersAreReusedAndGivenBackWhenIdle(t *testing.T) {
-	p := offheap.NewPool(size, 50*time.Millisecond)
+	p := offheap.NewPool(size, time.Hour) // nothing is trimmed while reuse is checked
 	defer p.Close()
-	a, err := p.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := p.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := get(t, p), get(t, p)
 	if len(*a) != size || len(*b) != size {
 		t.Fatalf("buffers of %d and %d bytes, want %d", len(*a), len(*b), size)
 	}
@@ -33,22 +26,38 @@ func TestBuffersAreReusedAndGivenBackWhenIdle(t *testing.T) {
 	}
 	*a = (*a)[:10] // a caller's shortened view
 	p.Put(a)
-	c, err := p.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c != a || len(*c) != size {
+	if c := get(t, p); c != a || len(*c) != size {
 		t.Fatalf("the buffer given back was not reused whole (len %d)", len(*c))
 	}
 	if got := p.Mapped(); got != 2*size {
 		t.Fatalf("%d bytes mapped after a reuse, want %d", got, 2*size)
 	}
-	p.Put(b)
-	p.Put(c)
+
+	q := offheap.NewPool(size, 10*time.Millisecond)
+	defer q.Close()
+	x, y := get(t, q), get(t, q)
+	q.Put(x)
+	q.Put(y)
+	waitMapped(t, q, 0)
+}
+
+// get is p.Get, failing the test on an error.
+func get(t *testing.T, p *offheap.Pool) *[]byte {
+	t.Helper()
+	b, err := p.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// waitMapped polls, with a deadline, until p has want bytes mapped.
+func waitMapped(t *testing.T, p *offheap.Pool, want int64) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for p.Mapped() != 0 {
+	for p.Mapped() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still mapped 5 s after every buffer came back idle", p.Mapped())
+			t.Fatalf("%d bytes mapped 5 s on, want %d", p.Mapped(), want)
 		}
 		time.Sleep(time.Millisecond) // polling, with the deadline above
 	}
@@ -59,22 +68,9 @@ func TestBuffersAreReusedAndGivenBackWhenIdle(t *testing.T) {
 func TestABufferInUseIsNeverUnmapped(t *testing.T) {
 	p := offheap.NewPool(size, time.Millisecond)
 	defer p.Close()
-	held, err := p.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := p.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, other := get(t, p), get(t, p)
 	p.Put(other)
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Mapped() != size {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes mapped, want only the held buffer's %d", p.Mapped(), size)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitMapped(t, p, size)
 	for i := range *held {
 		(*held)[i] = byte(i)
 	}
@@ -85,8 +81,7 @@ func TestABufferInUseIsNeverUnmapped(t *testing.T) {
 // but what is still out.
 func TestCloseUnmapsTheFreeBuffers(t *testing.T) {
 	p := offheap.NewPool(size, time.Hour)
-	out, _ := p.Get()
-	free, _ := p.Get()
+	out, free := get(t, p), get(t, p)
 	p.Put(free)
 	p.Close()
 	if got := p.Mapped(); got != size {
@@ -101,27 +96,26 @@ func TestCloseUnmapsTheFreeBuffers(t *testing.T) {
 
 // TestTheGoLimitLeavesRoomForMappedBuffers: under Within, the runtime's
 // soft limit is the process's total less what is mapped, as buffers are
-// mapped and unmapped, and never under half the total.
+// mapped and unmapped, and never under half the total. The total is
+// large and the buffers untouched (no memory used), so the collector is
+// never starved while the test runs.
 func TestTheGoLimitLeavesRoomForMappedBuffers(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() {
 		offheap.Within(0)
 		debug.SetMemoryLimit(before)
 	})
-	const total = 8 * size
+	const (
+		total = 16 << 30
+		big   = 2 << 30 // an eighth of the total: the floor comes at the fifth
+	)
 	offheap.Within(total)
-	if got := offheap.GoLimit(); got != total {
-		t.Fatalf("Go limit %d with nothing mapped, want %d", got, total)
-	}
-	p := offheap.NewPool(size, time.Hour)
+	base := offheap.GoLimit() // total, less what other tests left mapped
+	p := offheap.NewPool(big, time.Hour)
 	var out []*[]byte
 	for i := 1; i <= 6; i++ {
-		b, err := p.Get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-		if want := max(int64(total-i*size), total/2); offheap.GoLimit() != want {
+		out = append(out, get(t, p))
+		if want := max(base-int64(i)*big, total/2); offheap.GoLimit() != want {
 			t.Fatalf("Go limit %d with %d buffers mapped, want %d", offheap.GoLimit(), i, want)
 		}
 	}
@@ -129,7 +123,7 @@ func TestTheGoLimitLeavesRoomForMappedBuffers(t *testing.T) {
 		p.Put(b)
 	}
 	p.Close()
-	if got := offheap.GoLimit(); got != total {
-		t.Fatalf("Go limit %d once every buffer is unmapped, want %d", got, total)
+	if got := offheap.GoLimit(); got != base {
+		t.Fatalf("Go limit %d once every buffer is unmapped, want %d", got, base)
 	}
 }

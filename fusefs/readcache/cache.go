@@ -12,8 +12,8 @@
 // once the page cache has dropped them. A segment is the unit of
 // least-recently-used eviction, and an evicted segment is filled again,
 // so the file never grows past the limit. A page is named by the
-// object's key and ETag together, so an overwritten object is a miss,
-// never stale bytes; no key names a file.
+// object's key, ETag and size together, so an overwritten object is a
+// miss, never stale bytes; no key names a file.
 package readcache
 
 import (

@@ -96,8 +96,8 @@ func TestAnotherETagIsAMiss(t *testing.T) {
 	}
 }
 
-// The cache stays within its limit by dropping the least recently used
-// blocks, and the disk gives the space back.
+// The cache stays within its limit by filling again the least recently
+// used segments, and its file never grows past the limit.
 func TestEvictionKeepsTheLimit(t *testing.T) {
 	const limit = 4 << 20
 	c := newCache(t, limit)

@@ -87,7 +87,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 		cacheStat("read_cache_hits_total", "Random reads answered from the local read cache.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Hits })
 		cacheStat("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Misses })
 		cacheStat("read_cache_evictions_total", "1 MiB segments dropped from the read cache to stay within --read-cache-mib.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Evictions })
-		cacheStat("read_cache_write_errors_total", "Ranges the read cache could not write or free (a full disk); reads still succeed.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.WriteErrors })
+		cacheStat("read_cache_write_errors_total", "Ranges the read cache could not write (a full disk); reads still succeed.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.WriteErrors })
 		cacheStat("read_cache_bytes", "Bytes in the read cache now (bounded by --read-cache-mib).", gauge, func(s *readcache.Stats) *atomic.Int64 { return &s.Bytes })
 	}
 	// One series per kind, 1 while the mount's S3 requests fail for it:
@@ -109,7 +109,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	// adds its code).
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "objfuse", Name: "mapped_buffer_bytes", ConstLabels: labels,
-		Help: "Memory the part buffers have mapped outside the Go heap, in use and kept for reuse (within --memory-limit-mib; given back after 10 s unused).",
+		Help: "Memory the part buffers have mapped outside the Go heap, in use and kept for reuse (within --memory-limit-mib; given back once unused for a while).",
 	}, func() float64 { return float64(current().MappedBufferBytes()) }))
 	prometheus.WrapRegistererWith(labels, reg).MustRegister(s3Requests)
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
