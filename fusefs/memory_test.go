@@ -225,3 +225,32 @@ func TestExpiredListingsAreDropped(t *testing.T) {
 		t.Fatalf("a new name after the listing was dropped: %d HEADs, %d LISTs; want one relist", heads, lists)
 	}
 }
+
+// TestAFailedPartsBufferIsNotReusedAtOnce: after a part's upload failed,
+// the HTTP transport may still be reading its body, so its buffer stays
+// out of the pool (and counted) for a while instead of being filled with
+// the next file's bytes.
+func TestAFailedPartsBufferIsNotReusedAtOnce(t *testing.T) {
+	st := memstore.New()
+	st.FailWith = func(op, key string) error {
+		if op == "putpart" {
+			return errors.New("injected part failure")
+		}
+		return nil
+	}
+	const part = 5 << 20
+	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: 4 * part, PartSize: part})
+	h, err := os.Create(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 3*part)
+	_, werr := h.Write(data)
+	cerr := h.Close()
+	if werr == nil && cerr == nil {
+		t.Fatal("a file whose parts all failed was written and closed without an error")
+	}
+	if held := f.Stats().BufferBytes.Load(); held < part {
+		t.Fatalf("%d bytes held right after the failure: the failed part's buffer went back at once", held)
+	}
+}

@@ -66,7 +66,16 @@ type partUpload struct {
 	buf  *[]byte      // a part sent from memory, or
 	file *stagingFile // one sent from a spool file
 	done chan struct{}
+	// failed: its upload returned an error, after which the HTTP
+	// transport may still be reading the body (net/http's RoundTripper
+	// allows it), so the buffer goes back late (free).
+	failed bool
 }
+
+// failedPartLinger is how long the buffer of a part whose upload failed
+// stays out of the pool: a transport still writing the body must find it
+// mapped, not reused or unmapped.
+const failedPartLinger = time.Minute
 
 func (f *FS) newStream(key func() (string, error)) *stream { return &stream{fsys: f, key: key} }
 
@@ -274,6 +283,7 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 			defer cancel()
 		}
 		if err := upload.PutPart(pctx, number, body, size); err != nil {
+			p.failed = true // read after done
 			s.mu.Lock()
 			if s.err == nil {
 				s.err = err
@@ -326,7 +336,11 @@ func (s *stream) retireOldest() error {
 
 // free gives back what a finished part held.
 func (s *stream) free(p *partUpload) {
-	if p.buf != nil {
+	switch {
+	case p.buf != nil && p.failed:
+		buf, bufs := p.buf, s.fsys.partBuffers()
+		time.AfterFunc(failedPartLinger, func() { bufs.put(buf) })
+	case p.buf != nil:
 		s.fsys.partBuffers().put(p.buf)
 	}
 	if p.file != nil {
