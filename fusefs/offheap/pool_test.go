@@ -54,12 +54,15 @@ func get(t *testing.T, p *offheap.Pool) *[]byte {
 // waitMapped polls, with a deadline, until p has want bytes mapped.
 func waitMapped(t *testing.T, p *offheap.Pool, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.After(5 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for p.Mapped() != want {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("%d bytes mapped 5 s on, want %d", p.Mapped(), want)
+		case <-tick.C:
 		}
-		time.Sleep(time.Millisecond) // polling, with the deadline above
 	}
 }
 

@@ -254,13 +254,19 @@ func (o *object) runsOf(first, last int64) []run {
 		if !ok || !s.ready {
 			return nil
 		}
-		if k := len(runs) - 1; k >= 0 && runs[k].at+runs[k].n == s.at {
-			runs[k].n++
-			continue
-		}
-		runs = append(runs, run{page: pg, at: s.at, n: 1})
+		runs = extend(runs, pg, s.at)
 	}
 	return runs
+}
+
+// extend adds page pg, at file page at, to runs: to the last run when it
+// follows on in both, else as a run of its own.
+func extend(runs []run, pg, at int64) []run {
+	if k := len(runs) - 1; k >= 0 && runs[k].page+runs[k].n == pg && runs[k].at+runs[k].n == at {
+		runs[k].n++
+		return runs
+	}
+	return append(runs, run{page: pg, at: at, n: 1})
 }
 
 // hold and unhold count the runs' reads on their segments (a run may
@@ -321,11 +327,7 @@ func (c *Cache) Store(key, etag string, size int64, p []byte, off int64) {
 			segs = append(segs, sg)
 		}
 		o.pages[pg] = slot{at: at}
-		if k := len(runs) - 1; k >= 0 && runs[k].page+runs[k].n == pg && runs[k].at+runs[k].n == at {
-			runs[k].n++
-		} else {
-			runs = append(runs, run{page: pg, at: at, n: 1})
-		}
+		runs = extend(runs, pg, at)
 	}
 	if len(o.pages) > 0 {
 		// Starting a segment may have evicted o's last pages and
