@@ -116,6 +116,7 @@ func (n *dirNode) listEach(ctx context.Context, emit, shadowed func(dirEntry)) e
 			n.fsys.stats.HiddenKeys.Add(1)
 			continue
 		}
+		n.noteShown()
 		files.pass(e.Name()[len(dirKey):])
 		switch {
 		case isPrefix && name == lastDir:
@@ -265,7 +266,7 @@ const (
 // clustering says whether lookups cluster in the directory now (see
 // clusterLookups). Hold n.mu.
 func (n *dirNode) clustering() bool {
-	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow && !n.peeksLocked()
+	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow && n.peeksLocked() == noPeek
 }
 
 // relist lists the directory again when its complete listing has expired

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,6 +51,9 @@ type dirNode struct {
 	// reads counts lookups by name and the opens that followed them
 	// (see peeks).
 	reads lookupReads
+	// shownAt is when the store last showed a key below the directory,
+	// in Unix nanoseconds (see noteShown).
+	shownAt atomic.Int64
 }
 
 // newNameStreak is how many lookups by name in a row must find nothing
@@ -201,6 +205,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		var cancel context.CancelFunc
 		ctx, cancel = n.fsys.patient(ctx)
 		defer cancel()
+		if ch := n.directoryAgain(ctx, name); ch != nil {
+			return ch, fillEntry(ctx, ch, out)
+		}
 		if superseded == nil { // nor one relist may give
 			if found {
 				e, known = n.listedEntry(ctx, e)
@@ -219,14 +226,14 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
-		how := fileFirst
+		var how ask
 		switch {
 		case n.knownDirectory(name):
 			how = directoryWins
 		case n.expectNewName():
 			how = fileFirstAtOnce
-		case n.peeks():
-			how = fileFirstPeek
+		default:
+			how = fileFirstPeek(n.peeks())
 		}
 		r, err := n.fsys.resolve(ctx, n.key()+name, how)
 		n.noteLookupByName(err)
@@ -294,6 +301,7 @@ func (n *dirNode) noteLookupByName(err error) {
 		// Only names found: creating files makes lookups that miss,
 		// which the new-name streak serves, without a listing.
 		n.byName++
+		n.noteShown()
 	}
 	switch {
 	case errors.Is(err, store.ErrNotExist):

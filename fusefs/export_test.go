@@ -1,6 +1,9 @@
 package fusefs
 
-import "time"
+import (
+	"syscall"
+	"time"
+)
 
 // PollUntil polls cond until it holds (true) or d has passed (false).
 var PollUntil = pollUntil
@@ -97,4 +100,14 @@ func KeepsPages(f *FS, name string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.pagesCurrentLocked()
+}
+
+// ForgetEntry has the kernel forget the name in the root, as when its
+// entry expires: the next path through it looks it up again. A name the
+// kernel does not hold is forgotten already.
+func ForgetEntry(f *FS, name string) error {
+	if errno := f.root.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+		return errno
+	}
+	return nil
 }

@@ -365,9 +365,11 @@ const (
 	// of a file costs one request. Only when there is no such object does
 	// a one-key LIST look for a directory.
 	fileFirst ask = iota
-	// fileFirstPeek is fileFirst with a peek for the HEAD: the file's
-	// first bytes come with its attributes (see peeks).
-	fileFirstPeek
+	// fileFirstPeekRange and fileFirstPeekWhole are fileFirst with a peek
+	// for the HEAD: the file's first bytes come with its attributes (see
+	// peeks and peekHow).
+	fileFirstPeekRange
+	fileFirstPeekWhole
 	// fileFirstAtOnce gives fileFirst's answer, with both requests sent at
 	// once: for a name likely new, whose HEAD will find nothing, it saves
 	// a round trip.
@@ -381,11 +383,33 @@ const (
 	directoryWins
 )
 
+// fileFirstPeek is the fileFirst ask that peeks as p says.
+func fileFirstPeek(p peekHow) ask {
+	switch p {
+	case peekRange:
+		return fileFirstPeekRange
+	case peekWhole:
+		return fileFirstPeekWhole
+	}
+	return fileFirst
+}
+
+// peek is how a fileFirst ask peeks.
+func (a ask) peek() peekHow {
+	switch a {
+	case fileFirstPeekRange:
+		return peekRange
+	case fileFirstPeekWhole:
+		return peekWhole
+	}
+	return noPeek
+}
+
 // resolve finds out what key is: a directory (a marker "key/" or any key
 // below "key/"), a file or symlink (an object "key"), or nothing.
 func (f *FS) resolve(ctx context.Context, key string, how ask) (resolved, error) {
-	if how == fileFirst || how == fileFirstPeek {
-		head, err := f.peekHead(ctx, key, how == fileFirstPeek)
+	if how == fileFirst || how == fileFirstPeekRange || how == fileFirstPeekWhole {
+		head, err := f.peekHead(ctx, key, how.peek())
 		if err == nil {
 			return resolved{obj: head}, nil
 		}

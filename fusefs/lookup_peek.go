@@ -29,47 +29,69 @@ const peekBytes = 128 << 10
 // followed by its open for reading, out of peekOpensOf.
 const peekOpens, peekOpensOf = 1, 2
 
-// lookupReads counts a directory's lookups by name and the opens for
-// reading that followed them, over the current clusterWindow and the one
-// before it.
+// lookupReads counts a directory's lookups by name, the opens for
+// reading that followed them and the files found longer than peekBytes,
+// over the current clusterWindow and the one before it.
 type lookupReads struct {
-	since                 time.Time
-	found, opened         int
-	lastFound, lastOpened int
+	since                           time.Time
+	found, opened, long             int
+	lastFound, lastOpened, lastLong int
 }
 
 // roll starts a new window when the current one is over. The counts of a
 // window that ended more than a window ago are of no use.
 func (r *lookupReads) roll(now time.Time) {
 	if passed := now.Sub(r.since); passed > clusterWindow {
-		r.lastFound, r.lastOpened = r.found, r.opened
+		r.lastFound, r.lastOpened, r.lastLong = r.found, r.opened, r.long
 		if passed > 2*clusterWindow {
-			r.lastFound, r.lastOpened = 0, 0
+			r.lastFound, r.lastOpened, r.lastLong = 0, 0, 0
 		}
-		r.found, r.opened, r.since = 0, 0, now
+		r.found, r.opened, r.long, r.since = 0, 0, 0, now
 	}
 }
 
-// peeking says whether lookups by name should peek now.
-func (r *lookupReads) peeking(now time.Time) bool {
+// peeking says how lookups by name should peek now.
+func (r *lookupReads) peeking(now time.Time) peekHow {
 	r.roll(now)
 	found, opened := r.found+r.lastFound, r.opened+r.lastOpened
-	return found >= clusterLookups && opened*peekOpensOf >= found*peekOpens
+	switch {
+	case found < clusterLookups || opened*peekOpensOf < found*peekOpens:
+		return noPeek
+	case r.long+r.lastLong == 0:
+		return peekWhole
+	}
+	return peekRange
 }
 
-// peeks says whether this directory's lookups by name peek now (see
+// peekHow is how a lookup by name asks for the file it finds.
+type peekHow int
+
+const (
+	// noPeek: a HEAD.
+	noPeek peekHow = iota
+	// peekRange: a GET of the first peekBytes.
+	peekRange
+	// peekWhole: a GET of the whole file, for a directory whose files
+	// found lately all fit in peekBytes (a data set of small samples):
+	// what a client reading them sends, which the server answers with
+	// less work than a range. A longer file found so costs a dropped
+	// connection, and sends the next lookups back to ranges.
+	peekWhole
+)
+
+// peeks says how this directory's lookups by name peek now (see
 // lookupReads), on a store that can and a mount with a read cache to keep
 // the bytes.
-func (n *dirNode) peeks() bool {
+func (n *dirNode) peeks() peekHow {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.peeksLocked()
 }
 
 // peeksLocked is peeks with n.mu held.
-func (n *dirNode) peeksLocked() bool {
+func (n *dirNode) peeksLocked() peekHow {
 	if _, ok := n.fsys.store.(store.Peeker); !ok || n.fsys.cache == nil {
-		return false
+		return noPeek
 	}
 	return n.reads.peeking(time.Now())
 }
@@ -78,9 +100,15 @@ func (n *dirNode) peeksLocked() bool {
 // remembers until it is opened (noteOpened).
 func (n *dirNode) noteFound(f *fileNode) {
 	now := time.Now()
+	f.mu.Lock()
+	long := f.attr.size > peekBytes
+	f.mu.Unlock()
 	n.mu.Lock()
 	n.reads.roll(now)
 	n.reads.found++
+	if long {
+		n.reads.long++
+	}
 	n.mu.Unlock()
 	f.mu.Lock()
 	f.foundAt = now
@@ -109,15 +137,15 @@ func (f *fileNode) noteOpenedForReading() {
 	}
 }
 
-// peekHead is a lookup's HEAD of key, as a peek when peek is set and the
-// store can: its bytes wait for the file's first READ (peeked), or go to
-// the read cache when the memory limit has no room for them.
-func (f *FS) peekHead(ctx context.Context, key string, peek bool) (store.Object, error) {
+// peekHead is a lookup's HEAD of key, as a peek unless how is noPeek and
+// where the store can: its bytes wait for the file's first READ (peeked),
+// or go to the read cache when the memory limit has no room for them.
+func (f *FS) peekHead(ctx context.Context, key string, how peekHow) (store.Object, error) {
 	p, ok := f.store.(store.Peeker)
-	if !peek || !ok || f.cache == nil {
+	if how == noPeek || !ok || f.cache == nil {
 		return f.store.Head(ctx, key)
 	}
-	o, data, err := p.Peek(ctx, key, peekBytes)
+	o, data, err := p.Peek(ctx, key, peekBytes, how == peekWhole)
 	if err != nil {
 		return o, err
 	}

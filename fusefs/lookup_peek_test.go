@@ -20,7 +20,7 @@ import (
 // peeks as S3 does (store.Peeker).
 type peekingStore struct {
 	*memstore.Store
-	heads, peeks, gets, lists atomic.Int64
+	heads, peeks, wholePeeks, gets, lists atomic.Int64
 }
 
 func (s *peekingStore) Head(ctx context.Context, key string) (store.Object, error) {
@@ -28,9 +28,12 @@ func (s *peekingStore) Head(ctx context.Context, key string) (store.Object, erro
 	return s.Store.Head(ctx, key)
 }
 
-func (s *peekingStore) Peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+func (s *peekingStore) Peek(ctx context.Context, key string, length int64, whole bool) (store.Object, []byte, error) {
 	s.peeks.Add(1)
-	return s.Store.Peek(ctx, key, length)
+	if whole {
+		s.wholePeeks.Add(1)
+	}
+	return s.Store.Peek(ctx, key, length, whole)
 }
 
 func (s *peekingStore) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
@@ -90,5 +93,48 @@ func TestLookupsThatReadsFollowPeek(t *testing.T) {
 	}
 	if held := fsys.Stats().BufferBytes.Load(); held != 0 {
 		t.Errorf("%d bytes of memory still held once every peeked file was read, want 0", held)
+	}
+}
+
+// A directory whose files all fit in a peek is peeked whole (a plain GET,
+// which an S3 server answers with less work than a range); one whose
+// files are longer is peeked by range, so that no GET brings more than
+// the peek keeps. Either way the reads return the files' bytes.
+func TestSmallFilesArePeekedWhole(t *testing.T) {
+	const files = 60
+	for _, c := range []struct {
+		name  string
+		size  int
+		whole bool
+	}{
+		{"small", 100 << 10, true},
+		{"long", 200 << 10, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := memstore.New()
+			content := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, c.size) }
+			for i := range files {
+				put(t, mem, fmt.Sprintf("train/s%03d", i), content(i))
+			}
+			st := &peekingStore{Store: mem}
+			_, dir := mountFSOf(t, st, fusefs.Options{ReadCacheSize: 8 << 20, StatTTL: time.Hour, ListTTL: time.Hour})
+			for i := range files {
+				got, err := os.ReadFile(filepath.Join(dir, "train", fmt.Sprintf("s%03d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, content(i)) {
+					t.Fatalf("s%03d: read %d bytes that are not the file's", i, len(got))
+				}
+			}
+			peeks, whole := st.peeks.Load(), st.wholePeeks.Load()
+			t.Logf("%d files of %d bytes read: %d peeks, %d of them whole", files, c.size, peeks, whole)
+			if peeks < files/2 {
+				t.Fatalf("%d peeks of %d files read after their lookups, want most", peeks, files)
+			}
+			if c.whole && whole != peeks || !c.whole && whole != 0 {
+				t.Errorf("%d of %d peeks whole, want %v", whole, peeks, map[bool]string{true: "all", false: "none"}[c.whole])
+			}
+		})
 	}
 }

@@ -16,8 +16,15 @@ import (
 // A peek is a HEAD with the object's first bytes: the same attributes and
 // metadata as the HEAD, the object's size (not the range's), and its
 // bytes up to the length asked, for objects longer and shorter than that
-// and empty ones; a missing object is ErrNotExist.
+// and empty ones; a missing object is ErrNotExist. A whole peek (a plain
+// GET) answers the same, the longer objects included.
 func TestPeekIsAHeadWithTheFirstBytes(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		t.Run(map[bool]string{false: "range", true: "whole"}[whole], func(t *testing.T) { testPeek(t, whole) })
+	}
+}
+
+func testPeek(t *testing.T, whole bool) {
 	srv := miniotest.Start(t)
 	bucket := srv.NewBucket(t)
 	st, err := s3store.New(srv.Config(), bucket)
@@ -44,7 +51,7 @@ func TestPeekIsAHeadWithTheFirstBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o, data, err := st.Peek(ctx, c.name, 4096)
+			o, data, err := st.Peek(ctx, c.name, 4096, whole)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +63,7 @@ func TestPeekIsAHeadWithTheFirstBytes(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := st.Peek(ctx, "missing", 4096); !errors.Is(err, store.ErrNotExist) {
+	if _, _, err := st.Peek(ctx, "missing", 4096, whole); !errors.Is(err, store.ErrNotExist) {
 		t.Errorf("peek of a missing object: %v, want ErrNotExist", err)
 	}
 }

@@ -202,13 +202,17 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 }
 
 // Peek is a HEAD that brings the object's first length bytes too, in one
-// ranged GET (store.Peeker). Where the GET cannot answer as the HEAD
-// would (an empty object has no range to give; an archived object or
-// one whose key the mount may not decrypt with refuses its bytes, not
-// its attributes; an answer without a size), the object is asked for
-// with a HEAD.
-func (s *Store) Peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
-	o, data, err := s.peek(ctx, key, length)
+// ranged GET, or a plain one when whole is set (store.Peeker). Where the
+// GET cannot answer as the HEAD would (an empty object has no range to
+// give; an archived object or one whose key the mount may not decrypt
+// with refuses its bytes, not its attributes; an answer without a size),
+// the object is asked for with a HEAD.
+func (s *Store) Peek(ctx context.Context, key string, length int64, whole bool) (store.Object, []byte, error) {
+	peek := s.peek
+	if whole {
+		peek = s.peekWhole
+	}
+	o, data, err := peek(ctx, key, length)
 	if err == nil || errors.Is(err, store.ErrNotExist) || ctx.Err() != nil {
 		return o, data, err
 	}
@@ -221,12 +225,9 @@ func (s *Store) peek(ctx context.Context, key string, length int64) (store.Objec
 	if err := opts.SetRange(0, length-1); err != nil {
 		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
 	}
-	body, info, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	body, info, header, err := s.peekGet(ctx, key, opts)
 	if err != nil {
-		if code := minio.ToErrorResponse(err).Code; code == "NoSuchKey" {
-			return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, store.ErrNotExist)
-		}
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+		return store.Object{}, nil, err
 	}
 	defer body.Close()
 	cr := header.Get("Content-Range")
@@ -246,9 +247,54 @@ func (s *Store) peek(ctx context.Context, key string, length int64) (store.Objec
 	if err != nil {
 		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
 	}
+	return peekBody(key, o, body, length)
+}
+
+// peekWhole is peek with a plain GET: the whole object's attributes, and
+// its bytes up to length. A longer object's body is closed after them,
+// which costs its connection.
+func (s *Store) peekWhole(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+	body, info, _, err := s.peekGet(ctx, key, minio.GetObjectOptions{})
+	if err != nil {
+		return store.Object{}, nil, err
+	}
+	defer body.Close()
+	if info.Size < 0 {
+		return store.Object{}, nil, fmt.Errorf("peek %q: the server's answer gives no size", key)
+	}
+	info.Key = key
+	o, err := object(info, info.UserMetadata)
+	if err != nil {
+		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+	}
+	return peekBody(key, o, body, length)
+}
+
+// peekGet sends a peek's GET.
+func (s *Store) peekGet(ctx context.Context, key string, opts minio.GetObjectOptions) (io.ReadCloser, minio.ObjectInfo, http.Header, error) {
+	body, info, header, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	if err != nil {
+		if code := minio.ToErrorResponse(err).Code; code == "NoSuchKey" {
+			return nil, info, nil, fmt.Errorf("peek %q: %w", key, store.ErrNotExist)
+		}
+		return nil, info, nil, fmt.Errorf("peek %q: %w", key, err)
+	}
+	return body, info, header, nil
+}
+
+// peekBody reads the first bytes of o, up to length, from body, and its
+// end when they are all of it: net/http keeps a connection for the next
+// request only if the body it closes was read to EOF, and an exact read
+// stops short of that.
+func peekBody(key string, o store.Object, body io.Reader, length int64) (store.Object, []byte, error) {
 	data := make([]byte, min(length, o.Size))
 	if _, err := io.ReadFull(body, data); err != nil {
 		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+	}
+	if int64(len(data)) == o.Size {
+		if n, err := body.Read(make([]byte, 1)); n > 0 || err != io.EOF && err != nil {
+			return store.Object{}, nil, fmt.Errorf("peek %q: the body is longer than the object's size (%d bytes), or failed: %v", key, o.Size, err)
+		}
 	}
 	return o, data, nil
 }
