@@ -27,7 +27,7 @@ unit:
 	OBJFUSE_TEST_TAKEOVER=1 CGO_ENABLED=1 go test -race -count=1 -timeout 10m -run 'TestPOSIX' ./fusefs/
 	OBJFUSE_TEST_WRITEBACK=1 CGO_ENABLED=1 go test -race -count=1 -timeout 10m -run 'TestPOSIX|TestCloseToOpen|TestConcurrentExercisers|Version|Replaced|Append|Conflict|TestChmodKeeps|TestWriteInPlace' ./fusefs/
 	go test -count=1 -timeout 5m -run 'TestTheMemoryBudgetHolds' ./fusefs/
-	cd third_party/go-fuse && CGO_ENABLED=1 go test -race -count=1 -timeout 2m -run 'Resume|Resend|Epoch|Prefault' ./fuse/
+	cd third_party/go-fuse && CGO_ENABLED=1 go test -race -count=1 -timeout 2m -run 'Resume|Resend|Epoch|Prefault|RequestBuffers' ./fuse/
 
 # Every fuzz target for FUZZTIME (default 50000x, inputs) each (test/fuzz.sh).
 fuzz:

@@ -111,3 +111,6 @@ func ForgetEntry(f *FS, name string) error {
 	}
 	return nil
 }
+
+// RequestBufferBytes is what the mount's request buffers have mapped.
+func RequestBufferBytes(f *FS) int64 { return f.requestBuffers().mapped() }

@@ -81,6 +81,9 @@ type FS struct {
 
 	bufOnce sync.Once
 	bufs    *buffers
+	// reqBufOnce makes reqBufs, the buffers requests are read into.
+	reqBufOnce sync.Once
+	reqBufs    *requestBuffers
 
 	// inodes keeps the inode table within Options.MaxInodes.
 	inodes *inodeTable
@@ -213,6 +216,7 @@ func (f *FS) dirAttrs() attrs {
 func (f *FS) Close() error {
 	f.peeked.close()
 	f.partBuffers().pool.Close()
+	f.requestBuffers().close()
 	if f.quota != nil {
 		f.quota.close()
 	}
@@ -250,10 +254,12 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			// allow_other opens the mount to every local user; objfuse
 			// checks no permission itself, so the kernel must check the
 			// files' modes and owners (as the node plugin's mounts do).
-			Options:       []string{"default_permissions"},
-			MaxWrite:      MaxRead, // also the largest READ
-			MaxReadAhead:  1 << 20,
-			MaxBackground: 64,
+			Options:  []string{"default_permissions"},
+			MaxWrite: MaxRead, // also the largest READ
+			// Outside the Go heap (requestBuffers).
+			RequestBuffers: f.requestBuffers(),
+			MaxReadAhead:   1 << 20,
+			MaxBackground:  64,
 			// Objects have no place for extended attributes.
 			DisableXAttrs: true,
 			// Replies from memory have Slices, which go-fuse writes

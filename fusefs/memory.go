@@ -28,9 +28,11 @@ func (f *FS) partBuffers() *buffers {
 	return f.bufs
 }
 
-// MappedBufferBytes is the memory the mount's part buffers have mapped
-// outside the Go heap: those in use and those kept for reuse.
-func (f *FS) MappedBufferBytes() int64 { return f.partBuffers().pool.Mapped() }
+// MappedBufferBytes is the memory the mount's part and request buffers
+// have mapped outside the Go heap: those in use and those kept for reuse.
+func (f *FS) MappedBufferBytes() int64 {
+	return f.partBuffers().pool.Mapped() + f.requestBuffers().mapped()
+}
 
 // tryReserve takes n bytes of the mount's memory limit if they are free
 // now, for a buffer or a readahead pipe; release gives them back.

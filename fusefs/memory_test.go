@@ -1,6 +1,7 @@
 package fusefs_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -252,5 +253,21 @@ func TestAFailedPartsBufferIsNotReusedAtOnce(t *testing.T) {
 	}
 	if held := f.Stats().BufferBytes.Load(); held < part {
 		t.Fatalf("%d bytes held right after the failure: the failed part's buffer went back at once", held)
+	}
+}
+
+// The buffers go-fuse reads requests into are the mount's, mapped
+// outside the Go heap and counted with its part buffers: a WRITE's data
+// arrives in one.
+func TestRequestsAreReadIntoMappedBuffers(t *testing.T) {
+	fsys, dir := mountFSOf(t, memstore.New(), fusefs.Options{})
+	if err := os.WriteFile(filepath.Join(dir, "f"), bytes.Repeat([]byte("x"), 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := fusefs.RequestBufferBytes(fsys); got < fusefs.MaxRead {
+		t.Fatalf("%d bytes of request buffers mapped after a write, want at least one buffer of %d", got, fusefs.MaxRead)
+	}
+	if fsys.MappedBufferBytes() < fusefs.RequestBufferBytes(fsys) {
+		t.Fatalf("MappedBufferBytes %d leaves out the request buffers' %d", fsys.MappedBufferBytes(), fusefs.RequestBufferBytes(fsys))
 	}
 }

@@ -154,6 +154,16 @@ type ReadResult interface {
 	Done()
 }
 
+// RequestBufferPool supplies the buffers requests are read into
+// (MountOptions.RequestBuffers).
+type RequestBufferPool interface {
+	// Get returns a buffer of size bytes.
+	Get(size int) []byte
+	// Put takes back a buffer Get returned, whole, once no request
+	// reads from it.
+	Put(buf []byte)
+}
+
 type MountOptions struct {
 	AllowOther bool
 
@@ -177,6 +187,15 @@ type MountOptions struct {
 	// set smaller than the bytes needed for a single request, one request
 	// is still allowed through.
 	MaxInflightRequestBytes int
+
+	// RequestBuffers, if set, supplies the buffers requests are read
+	// into, in place of a sync.Pool of slices in the Go heap: buffers
+	// mapped outside the heap, say, which the garbage collector neither
+	// scans nor counts toward its goal, nor drops and has made again at
+	// every collection. They are used as they come, without the
+	// alignment go-fuse gives its own to a WRITE's data (for O_DIRECT),
+	// and written to once per page on every Get (see prefault).
+	RequestBuffers RequestBufferPool
 
 	// CongestionThreshold is the in-flight async-request count at which
 	// the kernel marks the FUSE backing-dev as congested, throttling new

@@ -45,6 +45,7 @@ type fuseFD struct {
 
 	// Accounting constants, set once at server construction.
 	reqAllocBytes int
+	readBufSize   int // what a request is read into
 	readBufBytes  int
 }
 
@@ -58,7 +59,7 @@ func (ms *Server) newFuseFD(fd int) (*fuseFD, error) {
 		file.Close()
 		return nil, err
 	}
-	_, readBufBytes, reqAllocBytes := requestAccountingSizes(ms.opts.MaxWrite)
+	readBufSize, readBufBytes, reqAllocBytes := requestAccountingSizes(ms.opts.MaxWrite)
 	return &fuseFD{
 		server:        ms,
 		file:          file,
@@ -67,6 +68,7 @@ func (ms *Server) newFuseFD(fd int) (*fuseFD, error) {
 		readPool:      &ms.readPool,
 		buffers:       &ms.buffers,
 		reqAllocBytes: reqAllocBytes,
+		readBufSize:   readBufSize,
 		readBufBytes:  readBufBytes,
 	}, nil
 }
@@ -110,7 +112,7 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	r.reqMu.Unlock()
 
 	req = r.reqPool.Get().(*requestAlloc)
-	dest := r.readPool.Get().([]byte)
+	dest := r.getReadBuf()
 
 	var n int
 	err := handleEINTR(func() error {
@@ -206,8 +208,23 @@ func (r *fuseFD) requestBytes() int {
 	return r.reqAllocBytes + r.readBufBytes
 }
 
+// getReadBuf is a buffer to read a request into.
+func (r *fuseFD) getReadBuf() []byte {
+	p := r.server.opts.RequestBuffers
+	if p == nil {
+		return r.readPool.Get().([]byte)
+	}
+	buf := p.Get(r.readBufSize)
+	prefault(buf)
+	return buf
+}
+
 func (r *fuseFD) putReadBuf(buf []byte) {
-	r.readPool.Put(buf)
+	if p := r.server.opts.RequestBuffers; p != nil {
+		p.Put(buf)
+	} else {
+		r.readPool.Put(buf)
+	}
 	r.inflightRequestBytes -= r.readBufBytes
 }
 
