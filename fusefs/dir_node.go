@@ -205,9 +205,6 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		var cancel context.CancelFunc
 		ctx, cancel = n.fsys.patient(ctx)
 		defer cancel()
-		if ch := n.directoryAgain(ctx, name); ch != nil {
-			return ch, fillEntry(ctx, ch, out)
-		}
 		if superseded == nil { // nor one relist may give
 			if found {
 				e, known = n.listedEntry(ctx, e)
@@ -226,6 +223,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
+		if ch := n.directoryAgain(ctx, name); ch != nil {
+			return ch, fillEntry(ctx, ch, out)
+		}
 		var how ask
 		switch {
 		case n.knownDirectory(name):
