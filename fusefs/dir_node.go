@@ -24,6 +24,9 @@ type dirNode struct {
 	mu        sync.Mutex
 	attr      attrs
 	hasMarker bool
+	// markerSeq counts the times hasMarker was set: a HEAD that found no
+	// marker clears it only if none was made meanwhile (directoryAgain).
+	markerSeq uint64
 	listCache *listing
 	// relistable says the last complete listing held at most relistLimit
 	// names: a lookup that misses after it expired may list again.
@@ -141,6 +144,7 @@ func (n *dirNode) putMarker(ctx context.Context, a attrs) error {
 	noteInParent(&n.Inode, dirEntry{isDir: true, obj: o})
 	n.mu.Lock()
 	n.hasMarker = true
+	n.markerSeq++
 	n.mu.Unlock()
 	return nil
 }
@@ -223,7 +227,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if !known {
-		if ch := n.directoryAgain(ctx, name); ch != nil {
+		if ch := n.directoryAgain(ctx, name, out); ch != nil {
 			return ch, fillEntry(ctx, ch, out)
 		}
 		var how ask
@@ -355,6 +359,7 @@ func (n *dirNode) childFor(ctx context.Context, e dirEntry) *fs.Inode {
 			if e.obj.Key != "" {
 				node.mu.Lock()
 				node.attr, node.hasMarker = a, true
+				node.markerSeq++
 				node.mu.Unlock()
 			}
 		case *symlinkNode:

@@ -260,6 +260,7 @@ func (n *dirNode) renameDir(ctx context.Context, name, srcPrefix, dstPrefix stri
 		if d, ok := ch.Operations().(*dirNode); ok {
 			d.mu.Lock()
 			d.hasMarker = true
+			d.markerSeq++
 			d.mu.Unlock()
 			d.forgetTree()
 		}

@@ -1,11 +1,14 @@
 package fusefs_test
 
 import (
+	"bytes"
 	"context"
 	"iter"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,17 +56,21 @@ func (s *keyCountingStore) counts(key string) (heads, lists int) {
 
 // A directory the kernel looks up again (its entry expired, as it does
 // every statTTL while readers walk paths through it) costs one HEAD of
-// its marker where it has one, and nothing where it has none but a key
-// below it was found within statTTL: never the HEAD and one-key LIST of
-// a new name, a walk of the directory in MinIO. Evidence older than
-// statTTL is asked again, and a marker removed elsewhere sends the
-// lookup back to the full question, which finds the directory the keys
-// below it still make.
+// its marker: never the HEAD and one-key LIST of a new name, a walk of
+// the directory in MinIO. The marker brings its attributes; where there
+// is none, a key below it found within statTTL says it is there, and
+// older evidence sends the lookup to the full question. A marker made or
+// removed elsewhere is seen at the next lookup: made, its attributes
+// show; removed, the directory the keys below it still make needs a new
+// one before its last file goes, and gets it.
 func TestADirectoryLookedUpAgainCostsAtMostItsMarkersHead(t *testing.T) {
-	mem := memstore.New()
-	put(t, mem, "plain/f", []byte("f"))
-	put(t, mem, "marked/", nil)
-	put(t, mem, "marked/f", []byte("f"))
+	tree := func(t *testing.T) *memstore.Store {
+		mem := memstore.New()
+		put(t, mem, "plain/f", []byte("f"))
+		put(t, mem, "marked/", nil)
+		put(t, mem, "marked/f", []byte("f"))
+		return mem
+	}
 	// The kernel forgets each directory's entry before each walk, as when
 	// it expires; a file open in it keeps its inode, as a lookup again
 	// does (the kernel forgets an inode without entries).
@@ -90,6 +97,7 @@ func TestADirectoryLookedUpAgainCostsAtMostItsMarkersHead(t *testing.T) {
 	const again = 5
 
 	t.Run("fresh", func(t *testing.T) {
+		mem := tree(t)
 		st := newKeyCountingStore(mem)
 		fsys, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
 		walk(t, fsys, dir)
@@ -100,38 +108,45 @@ func TestADirectoryLookedUpAgainCostsAtMostItsMarkersHead(t *testing.T) {
 			}
 		}
 		st.counts("marked/")
+		st.counts("plain/")
 		for range again {
 			walk(t, fsys, dir)
 		}
-		if h, l := st.counts("plain"); h != 0 || l != 0 {
-			t.Errorf("%d lookups again of a directory without a marker, a key below it found lately: %d HEADs and %d LISTs, want none", again, h, l)
-		}
-		if h, l := st.counts("marked"); h != 0 || l != 0 {
-			t.Errorf("%d lookups again of a directory with a marker: %d HEADs of a file of its name and %d LISTs, want none", again, h, l)
-		}
-		if h, _ := st.counts("marked/"); h != again {
-			t.Errorf("%d lookups again of a directory with a marker: %d HEADs of the marker, want one each", again, h)
+		for _, name := range []string{"plain", "marked"} {
+			if h, l := st.counts(name); h != 0 || l != 0 {
+				t.Errorf("%d lookups again of %s: %d HEADs of a file of its name and %d LISTs, want none", again, name, h, l)
+			}
+			if h, _ := st.counts(name + "/"); h != again {
+				t.Errorf("%d lookups again of %s: %d HEADs of its marker, want one each", again, name, h)
+			}
 		}
 
-		if err := mem.Delete(context.Background(), "marked/"); err != nil {
+		// A marker made elsewhere brings its mode.
+		ctx := context.Background()
+		if _, err := mem.Put(ctx, "plain/", bytes.NewReader(nil), 0, map[string]string{"mode": strconv.Itoa(syscall.S_IFDIR | 0o700)}); err != nil {
 			t.Fatal(err)
 		}
 		walk(t, fsys, dir)
-		if h, l := st.counts("marked"); h != 1 || l != 1 {
-			t.Errorf("a lookup of a directory whose marker went: %d HEADs and %d LISTs, want the full question", h, l)
+		if fi, err := os.Stat(filepath.Join(dir, "plain")); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("after a marker with mode 0700 was made elsewhere: %v, %v", fi, err)
 		}
-		if h, _ := st.counts("marked/"); h != 1 {
-			t.Errorf("a lookup of a directory whose marker went: %d HEADs of the marker, want 1", h)
+
+		// A marker removed elsewhere: the keys below still make the
+		// directory, which gets a marker again before its last file goes.
+		if err := mem.Delete(ctx, "marked/"); err != nil {
+			t.Fatal(err)
 		}
-		walk(t, fsys, dir) // now without a marker, a key below it found lately
-		h, l := st.counts("marked")
-		if hm, _ := st.counts("marked/"); h+l+hm != 0 {
-			t.Errorf("the next lookup: %d HEADs, %d LISTs and %d HEADs of the marker, want none", h, l, hm)
+		walk(t, fsys, dir)
+		if err := os.Remove(filepath.Join(dir, "marked", "f")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mem.Head(ctx, "marked/"); err != nil {
+			t.Errorf("the last file of a directory whose marker went elsewhere was removed, and the directory with it: %v", err)
 		}
 	})
 
 	t.Run("stale", func(t *testing.T) {
-		st := newKeyCountingStore(mem)
+		st := newKeyCountingStore(tree(t))
 		fsys, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Nanosecond, ListTTL: time.Nanosecond})
 		walk(t, fsys, dir)
 		hold(t, dir)

@@ -68,15 +68,7 @@ func TestLookupsThatReadsFollowPeek(t *testing.T) {
 	}
 
 	st.heads.Store(0)
-	for i := range files {
-		got, err := os.ReadFile(filepath.Join(dir, "train", fmt.Sprintf("s%03d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, content(i)) {
-			t.Fatalf("s%03d: read %d bytes that are not the file's", i, len(got))
-		}
-	}
+	readTrainFiles(t, dir, files, content)
 	heads, peeks, gets := st.heads.Load(), st.peeks.Load(), st.gets.Load()
 	t.Logf("%d files looked up and read: %d HEADs, %d peeks, %d GETs; %d bytes from the read cache", files, heads, peeks, gets, fsys.Stats().BytesFromCache.Load())
 	// The first few lookups show the pattern; a listing may answer some.
@@ -118,15 +110,7 @@ func TestSmallFilesArePeekedWhole(t *testing.T) {
 			}
 			st := &peekingStore{Store: mem}
 			_, dir := mountFSOf(t, st, fusefs.Options{ReadCacheSize: 8 << 20, StatTTL: time.Hour, ListTTL: time.Hour})
-			for i := range files {
-				got, err := os.ReadFile(filepath.Join(dir, "train", fmt.Sprintf("s%03d", i)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, content(i)) {
-					t.Fatalf("s%03d: read %d bytes that are not the file's", i, len(got))
-				}
-			}
+			readTrainFiles(t, dir, files, content)
 			peeks, whole := st.peeks.Load(), st.wholePeeks.Load()
 			t.Logf("%d files of %d bytes read: %d peeks, %d of them whole", files, c.size, peeks, whole)
 			if peeks < files/2 {
@@ -136,5 +120,20 @@ func TestSmallFilesArePeekedWhole(t *testing.T) {
 				t.Errorf("%d of %d peeks whole, want %v", whole, peeks, map[bool]string{true: "all", false: "none"}[c.whole])
 			}
 		})
+	}
+}
+
+// readTrainFiles reads train/s000 and on, files of them, each of which
+// must hold content(i).
+func readTrainFiles(t *testing.T, dir string, files int, content func(int) []byte) {
+	t.Helper()
+	for i := range files {
+		got, err := os.ReadFile(filepath.Join(dir, "train", fmt.Sprintf("s%03d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, content(i)) {
+			t.Fatalf("s%03d: read %d bytes that are not the file's", i, len(got))
+		}
 	}
 }
