@@ -27,6 +27,8 @@ import (
 type Pool struct {
 	size int
 	idle time.Duration
+	// populated maps buffers with their pages present (NewPopulatedPool).
+	populated bool
 
 	mu    sync.Mutex
 	free  []freeBuffer // oldest first: Get takes the newest, trim the oldest
@@ -44,6 +46,15 @@ type freeBuffer struct {
 // given back for idle before unmapping it.
 func NewPool(size int, idle time.Duration) *Pool {
 	return &Pool{size: size, idle: idle}
+}
+
+// NewPopulatedPool is NewPool for buffers whose pages are all in memory
+// from the start (MAP_POPULATE), not faulted in as they are first
+// written: what the kernel copies FUSE requests into must not fault
+// while the process is being killed (see third_party/go-fuse's
+// prefault), and a buffer kept here stays so.
+func NewPopulatedPool(size int, idle time.Duration) *Pool {
+	return &Pool{size: size, idle: idle, populated: true}
 }
 
 // Size is the length of the pool's buffers.
@@ -66,7 +77,11 @@ func (p *Pool) Get() (*[]byte, error) {
 		return b, nil
 	}
 	p.mu.Unlock()
-	b, err := unix.Mmap(-1, 0, p.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
+	if p.populated {
+		flags |= unix.MAP_POPULATE
+	}
+	b, err := unix.Mmap(-1, 0, p.size, unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
 		return nil, fmt.Errorf("map a buffer of %d bytes: %w", p.size, err)
 	}

@@ -4,6 +4,9 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/objfuse/objfuse/fusefs/offheap"
 )
@@ -128,5 +131,37 @@ func TestTheGoLimitLeavesRoomForMappedBuffers(t *testing.T) {
 	p.Close()
 	if got := offheap.GoLimit(); got != base {
 		t.Fatalf("Go limit %d once every buffer is unmapped, want %d", got, base)
+	}
+}
+
+// TestPopulatedBuffersAreInMemory: a populated pool's buffer has every
+// page in memory before anything writes to it; a plain pool's has none.
+func TestPopulatedBuffersAreInMemory(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		pool    *offheap.Pool
+		missing int
+	}{
+		{"populated", offheap.NewPopulatedPool(size, time.Hour), 0},
+		{"plain", offheap.NewPool(size, time.Hour), size / unix.Getpagesize()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer c.pool.Close()
+			b := get(t, c.pool)
+			defer c.pool.Put(b)
+			vec := make([]byte, size/unix.Getpagesize())
+			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&(*b)[0])), uintptr(len(*b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+				t.Fatalf("mincore: %v", e)
+			}
+			missing := 0
+			for _, v := range vec {
+				if v&1 == 0 {
+					missing++
+				}
+			}
+			if missing != c.missing {
+				t.Fatalf("%d of %d pages not in memory, want %d", missing, len(vec), c.missing)
+			}
+		})
 	}
 }

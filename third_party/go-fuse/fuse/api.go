@@ -157,7 +157,9 @@ type ReadResult interface {
 // RequestBufferPool supplies the buffers requests are read into
 // (MountOptions.RequestBuffers).
 type RequestBufferPool interface {
-	// Get returns a buffer of size bytes.
+	// Get returns a buffer of size bytes whose pages are all in memory
+	// (see prefault): written to once per page, or mapped so
+	// (MAP_POPULATE), and not given back to the system since.
 	Get(size int) []byte
 	// Put takes back a buffer Get returned, whole, once no request
 	// reads from it.
@@ -193,8 +195,7 @@ type MountOptions struct {
 	// mapped outside the heap, say, which the garbage collector neither
 	// scans nor counts toward its goal, nor drops and has made again at
 	// every collection. They are used as they come, without the
-	// alignment go-fuse gives its own to a WRITE's data (for O_DIRECT),
-	// and written to once per page on every Get (see prefault).
+	// alignment go-fuse gives its own to a WRITE's data (for O_DIRECT).
 	RequestBuffers RequestBufferPool
 
 	// CongestionThreshold is the in-flight async-request count at which

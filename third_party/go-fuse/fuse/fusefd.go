@@ -214,9 +214,7 @@ func (r *fuseFD) getReadBuf() []byte {
 	if p == nil {
 		return r.readPool.Get().([]byte)
 	}
-	buf := p.Get(r.readBufSize)
-	prefault(buf)
-	return buf
+	return p.Get(r.readBufSize)
 }
 
 func (r *fuseFD) putReadBuf(buf []byte) {
