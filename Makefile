@@ -10,8 +10,10 @@ build:
 	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # Everything CI runs: the Go tests, the fuzz targets briefly, then the
-# e2e suite and the upstream storage suite on a real cluster of 3 nodes.
-test: unit fuzz e2e
+# e2e suite and the upstream storage suite on a real cluster of 3 nodes,
+# whose builds run beside the Go tests at the lowest priority (test/all.sh).
+test:
+	test/all.sh
 
 # Unit and behaviour suites on memory and a real MinIO (each test starts its
 # own), the CLI, csi-sanity and node tests, with the race detector. Needs

@@ -186,7 +186,8 @@ done
 # The local cluster's nodes (test/local) unless told otherwise; with none,
 # the archives only.
 if [ -z "${CONTAINERD_ADDRESSES:-}" ]; then
-  CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESS:-$(ls "${OBJFUSE_CLUSTER_DIR:-/var/lib/objfuse-cluster}"/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ')}
+  # (ls fails when there are none: the archives only, not an exit.)
+  CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESS:-$(ls "${OBJFUSE_CLUSTER_DIR:-/var/lib/objfuse-cluster}"/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ' || true)}
 fi
 if [ -n "$IMPORT" ] && [ -z "$CONTAINERD_ADDRESSES" ]; then
   log "no containerd to import into: writing archives only (start test/local/up.sh to import)"

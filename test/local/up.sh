@@ -66,20 +66,7 @@ fi
 
 # --- Kubernetes binaries -------------------------------------------------
 mkdir -p "$BIN_DIR" "$LOG_DIR"
-KUBE_CMDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
-missing=
-for c in $KUBE_CMDS; do [ -x "$BIN_DIR/$c" ] || missing=1; done
-if [ -n "$missing" ] || [ "$(cat "$BIN_DIR/.version" 2>/dev/null)" != "$KUBE_VERSION" ]; then
-  log "building Kubernetes $KUBE_VERSION (10-12 min with a cold Go cache, under a minute warm)"
-  ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
-  ld="$ld -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
-  ld="$ld -X k8s.io/component-base/version.gitTreeState=clean"
-  pkgs=
-  for c in $KUBE_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$c"; done
-  (cd "$LOCAL_DIR/kube" && CGO_ENABLED=0 go build -ldflags "$ld" -o "$BIN_DIR/" $pkgs) ||
-    die "building Kubernetes failed"
-  echo "$KUBE_VERSION" >"$BIN_DIR/.version"
-fi
+"$LOCAL_DIR/build.sh" kube
 
 # --- already running? -----------------------------------------------------
 nodes_ready() {
