@@ -252,11 +252,21 @@ const relistTimeout = time.Minute
 // by name within clusterWindow: a find, an rsync, Python's imports or git
 // status looking at many siblings. The next then lists the directory, up
 // to clusterLimit names (twenty listing pages, about 12 MB of entries),
-// and the lookups after it answer from the listing: for a thousand files
-// of a directory of ten thousand, ten LISTs instead of a thousand HEADs.
-// An isolated lookup still costs one HEAD. Lookups that find nothing (a
-// program creating files) do not count, and stores whose listings carry
-// no metadata are not listed so (each file would still need its HEAD).
+// and it and the lookups after it wait for the listing to bring their
+// names: for a thousand files of a directory of ten thousand, ten LISTs
+// instead of a thousand HEADs. Waiting is what makes the listing pay:
+// lookups that asked by name beside it each still cost a HEAD until it
+// passed their names, about a thousand of the thousand in the harness.
+// What it costs is time where the lookups are a small part of a large
+// directory: a cold MinIO lists ten thousand names with their metadata
+// in about the time of two thousand HEADs (2.0 ms a lookup on average
+// for the harness's thousand, against 1.6 with HEADs beside the listing;
+// the median lookup, answered from the listing, 40 µs against 1.3 ms).
+// A few lookups then waiting for a large directory wait for their
+// names' pages, at most clusterLimit names in. An isolated lookup still
+// costs one HEAD. Lookups that find nothing (a program creating files)
+// do not count, and stores whose listings carry no metadata are not
+// listed so (each file would still need its HEAD).
 const (
 	clusterLookups = 3
 	clusterWindow  = time.Second
@@ -275,8 +285,7 @@ func (n *dirNode) clustering() bool {
 // one directory is the case it is for: each create looks its name up
 // first, and asking the store per name costs a HEAD and a LIST each, where
 // this is one LIST per ListTTL. It lists a directory of any size, up to
-// the FS's clusterLimit names, when lookups cluster in it (clustering),
-// without waiting for that listing.
+// the FS's clusterLimit names, when lookups cluster in it (clustering).
 // Concurrent callers share one listing. It returns the listing the caller
 // is to answer from for name: the one it waited for once that holds name
 // or is complete, even if it has expired by the time the caller runs again
@@ -303,21 +312,8 @@ func (n *dirNode) relist(ctx context.Context, name string) *listing {
 		}
 		done = make(chan struct{})
 		l = newArrivingListing()
-		n.relisting, n.relisted, n.listCache, n.relistClustered = done, l, l, clustered
+		n.relisting, n.relisted, n.listCache = done, l, l
 		go n.runRelist(l, done, clustered)
-	}
-	if n.relistClustered {
-		// No lookup waits for a clustered listing: a name it brought
-		// already answers from it, others ask by name. A listing can be
-		// slower than a HEAD per name (a few names of a large directory,
-		// a server that lists slowly): then it costs no lookup more than
-		// its HEAD, and the lookups after it passed their names answer
-		// at once.
-		defer n.mu.Unlock()
-		if _, found := l.entries[name]; found || l.complete {
-			return l
-		}
-		return nil
 	}
 	defer n.mu.Unlock() // every return below holds n.mu
 	l.waiters++

@@ -415,10 +415,10 @@ func TestLookupUnderAShortStatTTL(t *testing.T) {
 }
 
 // Lookups that cluster in a never-listed directory (a find, a stat of many
-// siblings) list it once, up to the cluster limit, and answer the rest
-// from that listing, "no such file" included: a thousand stats of a
-// directory of ten thousand cost a few HEADs and one listing, not a
-// thousand HEADs. Isolated lookups cost one HEAD each; a directory past
+// siblings) list it once, up to the cluster limit, and the rest wait for
+// that listing and answer from it, "no such file" included: a thousand
+// stats of a directory of ten thousand cost clusterLookups HEADs and one
+// listing, not a thousand HEADs. Isolated lookups cost one HEAD each; a directory past
 // the limit is asked by name.
 func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 	mem := memstore.New()
@@ -457,24 +457,14 @@ func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	perm := rng.Perm(files)[:1000]
 	// The first lookups ask by name until they cluster; the one that
-	// finds they do starts the listing, in the background, and asks by
-	// name too. The listing is waited for here, not by lookups: on a
-	// loaded machine it may come after any number of them.
-	first := 0
-	for ; !fusefs.HoldsListing(f, "big"); first++ {
-		if first == len(perm) {
-			t.Fatal("1,000 lookups did not cluster")
-		}
-		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/f%05d", perm[first]))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, time.Minute, "the clustered listing of big", func() bool { return fusefs.HoldsCompleteListing(f, "big") })
-	for _, i := range perm[first:] {
+	// finds they do starts the listing, and it and every lookup after it
+	// wait for their names to come, however slowly the listing goes.
+	for _, i := range perm {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/f%05d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
+	const first = fusefs.ClusterLookups
 	for i := range 20 {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/missing%d", i))); !os.IsNotExist(err) {
 			t.Fatalf("stat of a missing name: %v", err)
@@ -483,7 +473,7 @@ func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 	h, l, e := st.heads.Load(), st.lists.Load(), st.entries.Load()
 	t.Logf("1,000 stats and 20 misses in a directory of %d: %d HEADs (%d lookups clustered), %d listings of %d entries", files, h, first, l, e)
 	// The first lookups asked by name; the rest answered from the listing.
-	if h != int64(first) || l != 1 || e != files {
+	if !fusefs.HoldsCompleteListing(f, "big") || h != int64(first) || l != 1 || e != files {
 		t.Fatalf("1,000 stats and 20 misses sent %d HEADs and %d LISTs (%d entries); want %d HEADs and the directory listed once", h, l, e, first)
 	}
 	// Past the limit: by name, and never listed again.

@@ -48,9 +48,6 @@ type dirNode struct {
 	// unclusterable: a listing started by clustered lookups found more
 	// than the FS's clusterLimit names; lookups here ask by name.
 	unclusterable bool
-	// relistClustered: the listing relisting runs was started by
-	// clustered lookups (no lookup waits for it).
-	relistClustered bool
 	// reads counts lookups by name and the opens that followed them
 	// (see peeks).
 	reads lookupReads
