@@ -46,6 +46,10 @@ type listing struct {
 	// a long listing has come.
 	moved   chan struct{}
 	waiters int
+	// clustered: lookups that clustered started it (see clustering).
+	// slow: one waited clusterWait for it in vain; lookups answer from
+	// it what it has brought and ask S3 for the rest.
+	clustered, slow bool
 }
 
 // newArrivingListing is a listing about to be filled from the store.
@@ -271,12 +275,21 @@ const (
 	clusterLookups = 3
 	clusterWindow  = time.Second
 	clusterLimit   = 20 * relistLimit
+	// clusterWait bounds a lookup's wait for a clustered listing, twice
+	// what a cold MinIO takes for clusterLimit names: a server that
+	// lists more slowly than that costs one lookup this wait, and the
+	// lookups after it ask by name beside the listing.
+	clusterWait = 8 * time.Second
+	// clusterBackoff is how long lookups in a directory do not cluster
+	// after a clustered listing there failed: each time they did, the
+	// lookups would wait for it again.
+	clusterBackoff = time.Minute
 )
 
 // clustering says whether lookups cluster in the directory now (see
 // clusterLookups). Hold n.mu.
 func (n *dirNode) clustering() bool {
-	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow && n.peeksLocked() == noPeek
+	return !n.unclusterable && !n.fsys.listingsLackMetadata.Load() && n.byName >= clusterLookups && time.Since(n.byNameSince) <= clusterWindow && n.peeksLocked() == noPeek && time.Now().After(n.clusterAgain)
 }
 
 // relist lists the directory again when its complete listing has expired
@@ -312,15 +325,25 @@ func (n *dirNode) relist(ctx context.Context, name string) *listing {
 		}
 		done = make(chan struct{})
 		l = newArrivingListing()
+		l.clustered = clustered
 		n.relisting, n.relisted, n.listCache = done, l, l
 		go n.runRelist(l, done, clustered)
 	}
 	defer n.mu.Unlock() // every return below holds n.mu
 	l.waiters++
 	defer func() { l.waiters-- }() // before the unlock (deferred calls run last first)
+	var waited <-chan time.Time
+	if l.clustered {
+		t := time.NewTimer(time.Duration(n.fsys.clusterWait.Load()))
+		defer t.Stop()
+		waited = t.C
+	}
 	for {
 		if _, found := l.entries[name]; found || l.complete {
 			return l
+		}
+		if l.slow {
+			return nil
 		}
 		moved := l.moved
 		n.mu.Unlock()
@@ -332,6 +355,9 @@ func (n *dirNode) relist(ctx context.Context, name string) *listing {
 			}
 		case <-moved:
 			n.mu.Lock()
+		case <-waited:
+			n.mu.Lock()
+			l.slow = true
 		case <-ctx.Done():
 			n.mu.Lock()
 			return nil
@@ -395,6 +421,9 @@ func (n *dirNode) runRelist(l *listing, done chan struct{}, clustered bool) {
 		case err != nil:
 			n.listCache = nil // the next miss tries again
 			n.byName = 0      // a clustered one only after more lookups
+			if clustered {
+				n.clusterAgain = time.Now().Add(clusterBackoff)
+			}
 		default:
 			n.keepListing(l)
 			n.byName = 0

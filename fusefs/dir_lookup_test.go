@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
@@ -28,6 +29,8 @@ type countingStore struct {
 	gatePrefix            string
 	gate                  atomic.Pointer[chan struct{}]
 	listing               chan struct{} // a held listing started
+	failPrefix            string        // listings of it fail at once
+	failing               atomic.Bool   // while set
 }
 
 func (s *countingStore) Head(ctx context.Context, key string) (store.Object, error) {
@@ -39,6 +42,10 @@ func (s *countingStore) List(ctx context.Context, prefix, startAfter string, rec
 	s.lists.Add(1)
 	inner := s.Store.List(ctx, prefix, startAfter, recursive)
 	return func(yield func(store.Entry, error) bool) {
+		if prefix == s.failPrefix && s.failing.Load() {
+			yield(store.Entry{}, errors.New("listing refused"))
+			return
+		}
 		if g := s.gate.Load(); g != nil && prefix == s.gatePrefix {
 			select {
 			case s.listing <- struct{}{}:
@@ -456,15 +463,29 @@ func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 	st.entries.Store(0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	perm := rng.Perm(files)[:1000]
-	// The first lookups ask by name until they cluster; the one that
-	// finds they do starts the listing, and it and every lookup after it
-	// wait for their names to come, however slowly the listing goes.
-	for _, i := range perm {
+	// The first lookups ask by name until they cluster (ClusterLookups
+	// of them, more on a machine slow enough to spread them past the
+	// cluster window); the one that finds they do starts the listing,
+	// and it and every lookup after it wait for their names to come.
+	fusefs.SetClusterWait(f, time.Hour) // however slowly the listing goes
+	first := 0
+	for ; !fusefs.HoldsListing(f, "big"); first++ {
+		if first == len(perm) {
+			t.Fatal("1,000 lookups did not cluster")
+		}
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/f%05d", perm[first]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, i := range perm[first:] {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/f%05d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const first = fusefs.ClusterLookups
+	first-- // the last of them waited for the listing it started
+	if first < fusefs.ClusterLookups {
+		t.Fatalf("lookups clustered after %d by name, want at least %d", first, fusefs.ClusterLookups)
+	}
 	for i := range 20 {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("big/missing%d", i))); !os.IsNotExist(err) {
 			t.Fatalf("stat of a missing name: %v", err)
@@ -503,6 +524,74 @@ func TestClusteredLookupsListTheDirectoryOnce(t *testing.T) {
 	}
 }
 
+// A clustered listing slower than clusterWait costs one lookup that
+// wait; the lookups after it ask by name beside the listing, and answer
+// from it once it has come. One that fails keeps lookups in its directory
+// from clustering for clusterBackoff: each would wait for a listing again.
+func TestSlowOrFailedClusteredListingsStopTheWaits(t *testing.T) {
+	mem := memstore.New()
+	for i := range 40 {
+		put(t, mem, fmt.Sprintf("slow/f%03d", i), []byte("x"))
+		put(t, mem, fmt.Sprintf("failing/f%03d", i), []byte("x"))
+	}
+	st := &countingStore{Store: mem, gatePrefix: "slow/", listing: make(chan struct{}, 1), failPrefix: "failing/"}
+	f, dir := mountFSOf(t, st, fusefs.Options{StatTTL: time.Hour, ListTTL: time.Hour})
+	for _, d := range []string{"slow", "failing"} {
+		if _, err := os.Stat(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := make(chan struct{})
+	st.gate.Store(&gate)
+	defer close(gate)
+	fusefs.SetClusterWait(f, 50*time.Millisecond)
+	// stat fails the test unless name's lookup ends within a minute: a
+	// lookup waiting for the held listing would not.
+	stat := func(name string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { _, err := os.Stat(filepath.Join(dir, name)); done <- err }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the lookup of %s waited for a held listing", name)
+		}
+	}
+	st.heads.Store(0)
+	listed := false
+	for i := range 20 {
+		stat(fmt.Sprintf("slow/f%03d", i))
+		select {
+		case <-st.listing:
+			// The lookup that started it waited in vain; from now on
+			// no lookup waits: an hour's wait would fail stat.
+			listed = true
+			fusefs.SetClusterWait(f, time.Hour)
+		default:
+		}
+	}
+	if !listed {
+		t.Fatal("lookups that clustered did not list the directory")
+	}
+	if h := st.heads.Load(); h != 20 {
+		t.Fatalf("20 lookups beside a held listing sent %d HEADs, want 20", h)
+	}
+
+	st.heads.Store(0)
+	st.lists.Store(0)
+	st.failing.Store(true)
+	for i := range 40 {
+		stat(fmt.Sprintf("failing/f%03d", i))
+	}
+	// Clustered once (a LIST that failed, a wait of nothing), then by name.
+	if h, l := st.heads.Load(), st.lists.Load(); l != 1 || h < 39 {
+		t.Fatalf("40 lookups in a directory whose listing fails sent %d LISTs and %d HEADs, want one LIST and at least 39 HEADs", l, h)
+	}
+}
+
 // A store whose listings carry no metadata (AWS S3, and most but MinIO)
 // is not listed for lookups that cluster: each file would still need its
 // HEAD. The first such listing stops, and lookups ask by name from then on.
@@ -527,8 +616,8 @@ func TestClusteringNeedsListingsWithMetadata(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// The listing that finds out runs beside the lookups: what it
-		// found out holds for lookups after it, in the next directory.
+		// What the listing that finds out found out holds for lookups
+		// after it, in the next directory.
 		eventually(t, time.Minute, "the listing of "+d+" to end", func() bool { return !fusefs.Relisting(f, d) })
 	}
 	if h, l := st.heads.Load(), st.lists.Load(); h != 20 || l > 1 {

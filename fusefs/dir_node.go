@@ -48,6 +48,9 @@ type dirNode struct {
 	// unclusterable: a listing started by clustered lookups found more
 	// than the FS's clusterLimit names; lookups here ask by name.
 	unclusterable bool
+	// clusterAgain is when lookups may cluster again after a clustered
+	// listing failed (clusterBackoff).
+	clusterAgain time.Time
 	// reads counts lookups by name and the opens that followed them
 	// (see peeks).
 	reads lookupReads

@@ -55,6 +55,9 @@ const ClusterLookups = clusterLookups
 // list, so that tests reach it cheaply. Call it before the lookups.
 func SetClusterLimit(f *FS, n int) { f.clusterLimit = n }
 
+// SetClusterWait sets how long a lookup waits for a clustered listing.
+func SetClusterWait(f *FS, d time.Duration) { f.clusterWait.Store(int64(d)) }
+
 // SetMaxParts lowers S3's limit on the parts of one upload, so that tests
 // reach it cheaply. Call it before writing.
 func SetMaxParts(f *FS, n int) { f.maxParts = n }

@@ -72,6 +72,9 @@ type FS struct {
 	// clusterLimit bounds the names a listing started by clustered
 	// lookups keeps (see dirNode.clustering); tests lower it.
 	clusterLimit int
+	// clusterWait bounds how long a lookup waits for a clustered
+	// listing (see clusterWait); tests raise it.
+	clusterWait atomic.Int64 // a time.Duration
 	// cachedEntries bounds the names a directory's listing keeps for
 	// the lookups after it (cachedEntriesFor).
 	cachedEntries int
@@ -176,6 +179,7 @@ func New(st store.Store, opts Options) (*FS, error) {
 	f.stopping.init()
 	f.maxParts = store.MaxParts
 	f.clusterLimit = clusterLimit
+	f.clusterWait.Store(int64(clusterWait))
 	f.cachedEntries = cachedEntriesFor(opts.MemoryLimit)
 	if sp, ok := st.(store.Splicer); ok && sp.Splices() && !opts.NoSplice && splice.Resizable() {
 		f.splicing = true

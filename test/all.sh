@@ -24,7 +24,7 @@ make unit
 make fuzz
 
 echo "test: the Go tests are done; waiting for the e2e run's builds (_output/prebuild.log)" >&2
-renice -n 0 -g "$pre" >/dev/null 2>&1 || true
+renice --priority 0 -g "$pre" >/dev/null 2>&1 || true
 if ! wait "$pre"; then
   echo "test: building for the e2e run failed; the e2e run builds again:" >&2
   tail -n 20 "$log" >&2

@@ -83,7 +83,10 @@ EOF
   mv "$w/config.json" "$w/$cfg.json"
   echo "[{\"Config\":\"$cfg.json\",\"RepoTags\":[\"$ref\"],\"Layers\":[\"$diff/layer.tar\"]}]" >"$w/manifest.json"
   mkdir -p "$OUT"
-  tar -C "$w" -cf "$OUT/$name.tar" manifest.json "$cfg.json" "$diff/layer.tar"
+  # Written aside and moved: a build stopped midway (test/all.sh stops
+  # its background one) leaves no archive that passes for a whole one.
+  tar -C "$w" -cf "$OUT/$name.tar.new" manifest.json "$cfg.json" "$diff/layer.tar"
+  mv "$OUT/$name.tar.new" "$OUT/$name.tar"
   rm -rf "$w"
   log "$ref: $OUT/$name.tar ($(du -h "$OUT/$name.tar" | cut -f1))"
   [ -z "$IMPORT" ] || import_archive "$OUT/$name.tar"

@@ -63,7 +63,10 @@ EOF
   mv "$w/config.json" "$w/$cfg.json"
   echo "[{\"Config\":\"$cfg.json\",\"RepoTags\":[\"$ref\"],\"Layers\":[\"$diff/layer.tar\"]}]" >"$w/manifest.json"
   mkdir -p "$(dirname "$tar")"
-  tar -C "$w" -cf "$tar" manifest.json "$cfg.json" "$diff/layer.tar"
+  # Written aside and moved: a build stopped midway leaves no archive
+  # that passes for a whole one.
+  tar -C "$w" -cf "$tar.new" manifest.json "$cfg.json" "$diff/layer.tar"
+  mv "$tar.new" "$tar"
   rm -rf "$w"
   log "$ref: $tar ($(du -h "$tar" | cut -f1))"
 }
@@ -118,6 +121,6 @@ shell_image nginx 1.14-4
 shell_image jessie-dnsutils 1.7
 agnhost_image
 [ -n "$IMPORT" ] || exit 0
-CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESSES:-$(ls "${OBJFUSE_CLUSTER_DIR:-/var/lib/objfuse-cluster}"/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ')}
+CONTAINERD_ADDRESSES=${CONTAINERD_ADDRESSES:-$(ls "${OBJFUSE_CLUSTER_DIR:-/var/lib/objfuse-cluster}"/nodes/*/run/containerd/containerd.sock 2>/dev/null | tr '\n' ' ' || true)}
 [ -n "$CONTAINERD_ADDRESSES" ] || { log "no containerd to import into (set CONTAINERD_ADDRESSES; with kind: kind load image-archive $OUT/images/*.tar)"; exit 1; }
 import_all
