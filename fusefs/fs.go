@@ -158,6 +158,11 @@ type Stats struct {
 	// MemorySpills are files continued in a staging file because the
 	// memory limit had no room for their written data.
 	MemorySpills atomic.Int64
+	// UnorderedSpills are files continued in a staging file because a
+	// write did not continue where the last one ended (random writes, or
+	// WRITEs of the kernel's writeback served out of order: see
+	// Options.WritebackCache).
+	UnorderedSpills atomic.Int64
 	// PendingUploads and PendingBytes are the files closed asynchronously
 	// whose upload has not succeeded yet, and their size (gauges): they
 	// are in the journal, and a successor uploads them should this
@@ -242,6 +247,11 @@ func (f *FS) Root() fs.InodeEmbedder { return f.root }
 // Stats returns the live counters.
 func (f *FS) Stats() *Stats { return &f.stats }
 
+// maxBackground is how many requests the kernel sends without waiting for
+// their answers: uploads of files closed at once (on RELEASE), readahead,
+// and WRITEs of written-back pages (Options.WritebackCache).
+const maxBackground = 64
+
 // MountOptions are the go-fuse options objfuse mounts with. fsName is the
 // source shown in mountinfo ("objfuse:bucket/prefix").
 func (f *FS) MountOptions(fsName string) *fs.Options {
@@ -263,7 +273,7 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			// Outside the Go heap (requestBuffers).
 			RequestBuffers: f.requestBuffers(),
 			MaxReadAhead:   1 << 20,
-			MaxBackground:  64,
+			MaxBackground:  maxBackground,
 			// Objects have no place for extended attributes.
 			DisableXAttrs: true,
 			// Replies from memory have Slices, which go-fuse writes

@@ -68,6 +68,11 @@ type Options struct {
 	// writes): a version another client wrote is given a new inode at
 	// the name's next lookup (fileNode.superseded). A write past the
 	// Capacity fails at close or fsync, as the kernel sends it only then.
+	// The kernel's WRITEs of written-back pages are served concurrently,
+	// so out of order, and a large file goes on in a staging file
+	// (Stats.UnorderedSpills): holding a WRITE back until the ones before
+	// it came, to keep the stream, was measured slower, as pages held
+	// under writeback stall the writer at the kernel's dirty limit.
 	WritebackCache bool
 	// JournalDir is the journal's directory (default: objfuse-journal in
 	// StagingDir). One mount at a time may use it.

@@ -65,6 +65,7 @@ func (h *handle) writeLocked(ctx context.Context, data []byte, off int64) (uint3
 		if err := n.toStaging(ctx); err != nil {
 			return 0, toErrno(err)
 		}
+		n.fsys.stats.UnorderedSpills.Add(1)
 	}
 	if n.stream != nil {
 		k, err := n.stream.write(ctx, data, n.streamMetaLocked())

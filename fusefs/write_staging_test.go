@@ -66,3 +66,42 @@ func TestStagingFullIsENOSPC(t *testing.T) {
 		})
 	}
 }
+
+// A file written in order streams; one whose write lands elsewhere than
+// where the last ended goes on in a staging file, and that is counted
+// (the metric unordered_spills_total), content intact.
+func TestAnUnorderedWriteIsCountedAsASpill(t *testing.T) {
+	if writebackMounts {
+		t.Skip("under the writeback cache the kernel decides which WRITEs come in which order")
+	}
+	st := memstore.New()
+	f, dir := mountFSOf(t, st, fusefs.Options{})
+	chunk := randomBytes(64 << 10)
+	write := func(name string, offs ...int64) []byte {
+		h, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, 0)
+		for _, off := range offs {
+			if _, err := h.WriteAt(chunk, off); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, make([]byte, max(0, int(off)+len(chunk)-len(want)))...)
+			copy(want[off:], chunk)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		sameBytes(t, name+" stored", stored(t, st, name), want)
+		return want
+	}
+	write("inorder", 0, 64<<10, 128<<10)
+	if n := f.Stats().UnorderedSpills.Load(); n != 0 {
+		t.Fatalf("a file written in order spilled %d times", n)
+	}
+	write("ahead", 0, 256<<10, 64<<10)
+	if n := f.Stats().UnorderedSpills.Load(); n != 1 {
+		t.Fatalf("a file written out of order counted %d spills, want 1", n)
+	}
+}

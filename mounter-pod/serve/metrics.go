@@ -83,6 +83,7 @@ func serveMetrics(addr string, current func() *fusefs.FS, source string) (func()
 	fsStat("pending_uploads", "Files closed asynchronously and not uploaded yet: they wait in the journal on the staging disk, and a restarted mounter uploads them.", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.PendingUploads })
 	fsStat("pending_upload_bytes", "Bytes of the files closed asynchronously and not uploaded yet (dirty bytes).", gauge, func(s *fusefs.Stats) *atomic.Int64 { return &s.PendingBytes })
 	fsStat("memory_spills_total", "Files continued in a local staging file because --memory-limit-mib had no room for their written data.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.MemorySpills })
+	fsStat("unordered_spills_total", "Files continued in a local staging file because a write did not continue where the last one ended (random writes): uploaded from disk at close instead of streamed in parts.", counter, func(s *fusefs.Stats) *atomic.Int64 { return &s.UnorderedSpills })
 	if current().ReadCache() != nil {
 		cacheStat("read_cache_hits_total", "Random reads answered from the local read cache.", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Hits })
 		cacheStat("read_cache_misses_total", "Random reads the read cache could not answer (each a GET).", counter, func(s *readcache.Stats) *atomic.Int64 { return &s.Misses })

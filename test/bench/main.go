@@ -102,7 +102,7 @@ func run() (code int) {
 		objfuseBin  = flag.String("objfuse-bin", "", "prebuilt objfuse-mount (default: go build ./cmd/objfuse-mount)")
 		install     = flag.Bool("install", false, "apt-get install s3fs and rclone if missing")
 		jsonOut     = flag.String("json", "", "also write every round's figures to this JSON file")
-		profDir     = flag.String("profile", "", "after the rounds, CPU-profile objfuse through its pprof endpoint for each row and write the profiles and their tops here")
+		profDir     = flag.String("profile", "", "after the rounds, CPU-profile each objfuse variant measured through its pprof endpoint for each row and write the profiles and their tops here")
 		profSecs    = flag.Int("profile-seconds", 15, "length of each CPU profile")
 		prefix      = flag.String("prefix", "", "mount this key prefix of the bucket rather than its root")
 		countReqs   = flag.Bool("count-requests", false, "send the filesystems' S3 traffic through a counting proxy and print the requests of each row (adds a hop: figures are not comparable with runs without it)")
@@ -310,7 +310,7 @@ func run() (code int) {
 	}
 	if *profDir != "" {
 		for _, v := range vs {
-			if v.name == "objfuse" {
+			if v.objfuse {
 				if err := e.profile(v, *profDir, *profSecs, rows); err != nil {
 					fmt.Fprintln(os.Stderr, "bench: profile:", err)
 					return 1

@@ -17,7 +17,8 @@ import (
 
 // profile CPU-profiles one objfuse mount (through --metrics-addr, which
 // also serves /debug/pprof) while it repeats each row's work, and writes
-// DIR/ROW.pprof and DIR/ROW.top.txt (go tool pprof -top). A remount would
+// DIR/VARIANT-ROW.pprof and DIR/VARIANT-ROW.top.txt (go tool pprof -top),
+// for each objfuse variant measured. A remount would
 // end the profile, so "cold" here is drop_caches plus waiting out the
 // mount's 1 s caches.
 func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) error {
@@ -108,8 +109,8 @@ func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) er
 		if err != nil {
 			return err
 		}
-		out := filepath.Join(dir, row+".pprof")
-		logf("profiling objfuse for %ds: %s", secs, row)
+		out := filepath.Join(dir, v.name+"-"+row+".pprof")
+		logf("profiling %s for %ds: %s", v.name, secs, row)
 		var done atomic.Bool
 		loopErr := make(chan error, 1)
 		iters := 0
@@ -137,8 +138,8 @@ func (e *env) profile(v *variant, dir string, secs int, rows map[string]bool) er
 		}
 		// Cumulative, objfuse's own frames and what they call into.
 		cum, _ := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=25", "-focus", "objfuse|go-fuse|minio-go", v.bin, out).CombinedOutput()
-		os.WriteFile(filepath.Join(dir, row+".top.txt"), append(top, cum...), 0o644)
-		fmt.Printf("\n### objfuse CPU profile, row %s (%d iterations in %ds)\n%s\n%s", row, iters, secs, indent(string(top)), indent(string(cum)))
+		os.WriteFile(filepath.Join(dir, v.name+"-"+row+".top.txt"), append(top, cum...), 0o644)
+		fmt.Printf("\n### %s CPU profile, row %s (%d iterations in %ds)\n%s\n%s", v.name, row, iters, secs, indent(string(top)), indent(string(cum)))
 	}
 	return nil
 }
