@@ -247,11 +247,6 @@ func (f *FS) Root() fs.InodeEmbedder { return f.root }
 // Stats returns the live counters.
 func (f *FS) Stats() *Stats { return &f.stats }
 
-// maxBackground is how many requests the kernel sends without waiting for
-// their answers: uploads of files closed at once (on RELEASE), readahead,
-// and WRITEs of written-back pages (Options.WritebackCache).
-const maxBackground = 64
-
 // MountOptions are the go-fuse options objfuse mounts with. fsName is the
 // source shown in mountinfo ("objfuse:bucket/prefix").
 func (f *FS) MountOptions(fsName string) *fs.Options {
@@ -273,7 +268,7 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			// Outside the Go heap (requestBuffers).
 			RequestBuffers: f.requestBuffers(),
 			MaxReadAhead:   1 << 20,
-			MaxBackground:  maxBackground,
+			MaxBackground:  64,
 			// Objects have no place for extended attributes.
 			DisableXAttrs: true,
 			// Replies from memory have Slices, which go-fuse writes
