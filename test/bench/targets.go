@@ -117,9 +117,24 @@ func smallWrites(what, fs string) target {
 	}}
 }
 
+// smallBudget judges the objfuse-lowmem variant's 1 GiB copy: peak RSS
+// at most maxRSS MB, writing at no less than 0.95 × the defaults' rate.
+func smallBudget(what string, maxRSS float64) target {
+	return target{what: what, judge: func(med func(fs, key string) (float64, bool)) (string, bool, bool) {
+		rss, ok1 := med("objfuse-lowmem", "write_rss")
+		low, ok2 := med("objfuse-lowmem", "write_mbps")
+		def, ok3 := med("objfuse", "write_mbps")
+		if !ok1 || !ok2 || !ok3 {
+			return "", false, false
+		}
+		return fmt.Sprintf("%.1f MB, writing %.0f vs %.0f MB/s = %.2f×", rss, low, def, low/def), rss <= maxRSS && low >= 0.95*def, true
+	}}
+}
+
 func performanceTargets(largestLs int) []target {
 	return []target{
 		// Performance II (issue 29).
+		smallBudget("1 GiB copy in objfuse "+lowMemoryFlag+": peak RSS ≤ 40 MB, writes ≥ 0.95 × the defaults'", 40),
 		aheadOfLower(fmt.Sprintf("stat of many never-listed files of a directory of %d, mean, ahead of geesefs", largestLs), "objfuse", "stat_mean", "geesefs"),
 		ratioTarget("data loader ≥ 0.8 × raw parallel GETs", "objfuse", "loader_fps", 0.8, false),
 		aheadOf("data loader ahead of every peer", "objfuse", "loader_fps", allPeers...),
