@@ -80,12 +80,14 @@ func (f *FS) StopDeadline() (time.Time, bool) {
 	return s.deadline, !s.deadline.IsZero()
 }
 
-// stopPassed reports whether StopBy's deadline has passed.
+// stopPassed reports whether StopBy's deadline has passed: by the clock,
+// not only once its timer ran, since an upload under a context with the
+// same deadline (the drain's flush) may fail and ask first.
 func (f *FS) stopPassed() bool {
 	s := &f.stopping
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.passed
+	return s.passed || !s.deadline.IsZero() && !time.Now().Before(s.deadline)
 }
 
 // asyncClose reports whether close(2) may return before its upload.
