@@ -117,3 +117,22 @@ func ForgetEntry(f *FS, name string) error {
 
 // RequestBufferBytes is what the mount's request buffers have mapped.
 func RequestBufferBytes(f *FS) int64 { return f.requestBuffers().mapped() }
+
+// PassStopDeadline makes StopBy's deadline now, as at the instant it
+// passes, before its timer has run.
+func PassStopDeadline(f *FS) {
+	s := &f.stopping
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deadline = time.Now()
+}
+
+// Opens is how many opens the mount holds of the file name, in the root;
+// a RELEASE holds the file's lock until it has dealt with what the last
+// close left.
+func Opens(f *FS, name string) int {
+	n := f.root.GetChild(name).Operations().(*fileNode)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.opens
+}

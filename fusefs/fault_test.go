@@ -261,6 +261,52 @@ func TestAsyncCloseOutlivesAFailedFlush(t *testing.T) {
 	}
 }
 
+// A drain that fails at the stop deadline, before the deadline's timer
+// ran (its context ends at the same instant), gives the upload up for the
+// stop: the file is reported lost once, naming the stop, and the last
+// RELEASE, with S3 back, neither tries it again nor stores what was
+// reported lost (TestHandoffSignalDuringAnOutage once saw the RELEASE's
+// later try report it lost for another reason).
+func TestADrainFailingAtTheStopDeadlineGivesUpForGood(t *testing.T) {
+	srv, st, f, dir := mountAsyncOnMinio(t)
+	p := filepath.Join(dir, "shared")
+	writer, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Close() }) // before the unmount, should the test fail first
+	if _, err := writer.Write(randomBytes(4096)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if err := writer.Close(); err != nil {
+		t.Fatalf("asynchronous close: %v", err)
+	}
+	fusefs.PassStopDeadline(f)
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now())
+	defer cancel()
+	if err := f.Flush(ctx); err == nil {
+		t.Fatal("a drain past its deadline succeeded")
+	}
+	h := f.Health()
+	if h.LostUploads != 1 || !slices.Equal(h.LostFiles, []string{"shared"}) || !strings.Contains(h.LastLostUpload, fusefs.ErrStopped.Error()) || h.PendingUploads != 0 {
+		t.Fatalf("health after the drain failed at the deadline: %+v, want the file lost for the stop", h)
+	}
+	srv.Restart()
+	reader.Close()
+	eventually(t, 30*time.Second, "the last release", func() bool { return fusefs.Opens(f, "shared") == 0 })
+	if h := f.Health(); h.LostUploads != 1 || !strings.Contains(h.LastLostUpload, fusefs.ErrStopped.Error()) {
+		t.Fatalf("health after the last release: %+v, want the one loss, for the stop", h)
+	}
+	if _, err := st.Head(context.Background(), "shared"); !errors.Is(err, store.ErrNotExist) {
+		t.Fatalf("the file reported lost is in S3 after the last release (head: %v)", err)
+	}
+}
+
 // mountAsyncOnMinio mounts a new MinIO server's bucket with AsyncClose,
 // for tests that stop the server under uploads no writer waits for.
 func mountAsyncOnMinio(t *testing.T) (*miniotest.Server, store.Store, *fusefs.FS, string) {

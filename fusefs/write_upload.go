@@ -110,6 +110,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		// is tried again by the last RELEASE, which reports it if that
 		// fails too.
 		if n.upload.lostTo() != nil || n.fsys.stopPassed() {
+			n.upload.lose(err) // not even the last RELEASE tries again
 			n.giveUpLocked(err)
 		}
 		return syscall.EIO
