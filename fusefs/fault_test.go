@@ -227,15 +227,7 @@ func TestStopByReportsWhatItCannotUpload(t *testing.T) {
 // lost: the last RELEASE uploads it once S3 is back.
 func TestAsyncCloseOutlivesAFailedFlush(t *testing.T) {
 	srv, st, f, dir := mountAsyncOnMinio(t)
-	p := filepath.Join(dir, "shared")
-	writer, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	writer, reader := writerAndReader(t, filepath.Join(dir, "shared"))
 	want := randomBytes(4096)
 	if _, err := writer.Write(want); err != nil {
 		t.Fatal(err)
@@ -269,16 +261,7 @@ func TestAsyncCloseOutlivesAFailedFlush(t *testing.T) {
 // later try report it lost for another reason).
 func TestADrainFailingAtTheStopDeadlineGivesUpForGood(t *testing.T) {
 	srv, st, f, dir := mountAsyncOnMinio(t)
-	p := filepath.Join(dir, "shared")
-	writer, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reader.Close() }) // before the unmount, should the test fail first
+	writer, reader := writerAndReader(t, filepath.Join(dir, "shared"))
 	if _, err := writer.Write(randomBytes(4096)); err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +288,23 @@ func TestADrainFailingAtTheStopDeadlineGivesUpForGood(t *testing.T) {
 	if _, err := st.Head(context.Background(), "shared"); !errors.Is(err, store.ErrNotExist) {
 		t.Fatalf("the file reported lost is in S3 after the last release (head: %v)", err)
 	}
+}
+
+// writerAndReader creates the file p and opens it for reading too: the
+// reader's close is then the last RELEASE. Both are closed before the
+// unmount should the test end first.
+func writerAndReader(t *testing.T, p string) (writer, reader *os.File) {
+	writer, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writer.Close() })
+	reader, err = os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Close() })
+	return writer, reader
 }
 
 // mountAsyncOnMinio mounts a new MinIO server's bucket with AsyncClose,
