@@ -99,10 +99,15 @@ func HeldBackByRenames(f *FS) int { return f.gate.heldBack() }
 // KeepsPages reports whether an open of the file name, in the root,
 // would let the kernel keep its pages of it (pagesCurrentLocked).
 func KeepsPages(f *FS, name string) bool {
+	return underFileLock(f, name, (*fileNode).pagesCurrentLocked)
+}
+
+// underFileLock asks is of the file name, in the root, under its lock.
+func underFileLock[T any](f *FS, name string, is func(*fileNode) T) T {
 	n := f.root.GetChild(name).Operations().(*fileNode)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.pagesCurrentLocked()
+	return is(n)
 }
 
 // ForgetEntry has the kernel forget the name in the root, as when its
@@ -131,8 +136,5 @@ func PassStopDeadline(f *FS) {
 // a RELEASE holds the file's lock until it has dealt with what the last
 // close left.
 func Opens(f *FS, name string) int {
-	n := f.root.GetChild(name).Operations().(*fileNode)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.opens
+	return underFileLock(f, name, func(n *fileNode) int { return n.opens })
 }

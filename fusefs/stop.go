@@ -118,8 +118,7 @@ func (f *FS) stoppedError(ctx context.Context, err error) error {
 	if err == nil || ctx.Err() == nil || errors.Is(err, ErrStopped) {
 		return err
 	}
-	deadline, stopping := f.StopDeadline()
-	if errors.Is(context.Cause(ctx), ErrStopped) || stopping && !time.Now().Before(deadline) {
+	if errors.Is(context.Cause(ctx), ErrStopped) || f.stopPassed() {
 		return fmt.Errorf("%v: %w", err, ErrStopped)
 	}
 	return err

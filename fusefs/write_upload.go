@@ -106,11 +106,11 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		n.fsys.stats.UploadErrors.Add(1)
 		n.fsys.opts.Logger.Error("upload failed; reporting EIO to the writer", "key", key, "err", err)
 		// Lost for good: a stream's data went with its upload, and past
-		// the stop deadline nothing is tried again. Content still here
-		// is tried again by the last RELEASE, which reports it if that
-		// fails too.
+		// the stop deadline nothing is tried again, not even by the
+		// last RELEASE. Content still here before then is tried again
+		// by the last RELEASE, which reports it if that fails too.
 		if n.upload.lostTo() != nil || n.fsys.stopPassed() {
-			n.upload.lose(err) // not even the last RELEASE tries again
+			n.upload.lose(err)
 			n.giveUpLocked(err)
 		}
 		return syscall.EIO
