@@ -163,6 +163,9 @@ type Stats struct {
 	// WRITEs of the kernel's writeback served out of order: see
 	// Options.WritebackCache).
 	UnorderedSpills atomic.Int64
+	// EarlyParts are parts of staging files uploaded while the file was
+	// still written, as its writers wrote them whole (stagedParts).
+	EarlyParts atomic.Int64
 	// PendingUploads and PendingBytes are the files closed asynchronously
 	// whose upload has not succeeded yet, and their size (gauges): they
 	// are in the journal, and a successor uploads them should this

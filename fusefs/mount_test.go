@@ -113,15 +113,20 @@ func mountFS(t testing.TB, st store.Store, opts fusefs.Options) string {
 // mountFSOf is mountFS that also returns the filesystem, for its counters.
 func mountFSOf(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, string) {
 	t.Helper()
+	opts.WritebackCache = opts.WritebackCache || writebackMounts
+	return mountFSAsIs(t, st, opts)
+}
+
+// mountFSAsIs is mountFSOf with the writeback cache only if opts asks:
+// for a test of the WRITEs a write(2) sends at once.
+func mountFSAsIs(t testing.TB, st store.Store, opts fusefs.Options) (*fusefs.FS, string) {
+	t.Helper()
 	dir := t.TempDir()
 	if opts.PartSize == 0 {
 		opts.PartSize = 5 << 20 // small parts, so tests cross part boundaries cheaply
 	}
 	if opts.StagingDir == "" {
 		opts.StagingDir = t.TempDir()
-	}
-	if writebackMounts {
-		opts.WritebackCache = true
 	}
 	f, err := fusefs.New(st, opts)
 	if err != nil {

@@ -89,6 +89,7 @@ func (h *handle) writeLocked(ctx context.Context, data []byte, off int64) (uint3
 		if err := n.staging.WriteAt(data, off); err != nil {
 			return 0, n.writeFailed(err)
 		}
+		n.stagedWriteLocked(off, int64(len(data)))
 		n.attr.size = max(n.attr.size, off+int64(len(data)))
 	}
 	n.upload.written()

@@ -87,6 +87,10 @@ func (n *fileNode) keepJournaledLocked() error {
 		return err
 	}
 	n.dropFrozenLocked() // an older one, superseded by the staging's record
+	// Parts sent early are of the content that goes on in the copy, but
+	// were read from the file frozen: they start over there.
+	n.staging.parts.discard()
+	n.staging.parts = nil
 	n.frozen, n.staging = n.staging, cp
 	return nil
 }

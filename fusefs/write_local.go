@@ -89,6 +89,7 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 		n.stream.release()
 		n.stream = nil
 		n.staging = st
+		n.stagedWriteLocked(0, n.attr.size) // what the writers wrote so far
 		return nil
 	}
 	if n.stream != nil {

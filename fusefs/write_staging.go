@@ -23,6 +23,10 @@ type stagingFile struct {
 	// journaled: its record is in the journal, so its content is what a
 	// close acknowledged and must not change (fileNode.keepJournaledLocked).
 	journaled bool
+	// parts tracks what its writers wrote since it was made or last
+	// uploaded, and uploads the parts they wrote whole; nil until they
+	// write.
+	parts *stagedParts
 }
 
 func (f *FS) newStaging() (*stagingFile, error) {
@@ -62,6 +66,7 @@ func (s *stagingFile) WriteAt(p []byte, off int64) error {
 	if err := s.reserve(off + int64(len(p))); err != nil {
 		return err
 	}
+	s.parts.changed(off, int64(len(p)))
 	_, err := s.f.WriteAt(p, off)
 	return err
 }
@@ -78,10 +83,27 @@ func (s *stagingFile) Truncate(size int64) error {
 	if err := s.reserve(size); err != nil {
 		return err
 	}
+	if now, err := s.size(); err != nil || size < now {
+		// Parts sent may lie past the new end: tracking starts over.
+		s.parts.discard()
+		s.parts = nil
+	}
 	return s.f.Truncate(size)
 }
 
+// written notes that a writer wrote size bytes at off, which uploads
+// the parts this made whole while the file is still written
+// (stagedParts); where says where the file goes.
+func (s *stagingFile) written(off, size int64, where earlyUpload) {
+	if s.parts == nil {
+		s.parts = s.fsys.newStagedParts(s.f)
+	}
+	s.parts.written(off, size, where)
+}
+
 func (s *stagingFile) Close() {
+	s.parts.discard()
+	s.parts = nil
 	s.f.Close()
 	s.fsys.staged.Add(-s.reserved)
 	s.reserved = 0

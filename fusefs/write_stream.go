@@ -246,7 +246,7 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 		if err != nil {
 			return err
 		}
-		u, err := s.fsys.store.NewUpload(ctx, key, meta)
+		u, err := s.fsys.store.NewUpload(ctx, key, store.AnyVersion, meta)
 		if err != nil {
 			return err
 		}
@@ -426,25 +426,30 @@ func (s *stream) abortAfter(ctx context.Context) { s.abortUpload(ctx.Err() != ni
 
 func (s *stream) abortUpload(later bool) {
 	s.wait()
-	if s.upload != nil && later {
-		key, _ := s.key()
-		go retryAbort(s.fsys, s.upload, key)
-		s.upload = nil
-	}
 	if s.upload != nil {
-		// Abort must happen even if the request that failed was cancelled.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.upload.Abort(ctx); err != nil {
-			// Usually the store is down: retry in the background so
-			// the parts do not linger once it is back.
-			key, _ := s.key()
-			s.fsys.opts.Logger.Warn("abort multipart upload; retrying in the background", "key", key, "err", err)
-			go retryAbort(s.fsys, s.upload, key)
-		}
+		key, _ := s.key()
+		abortUpload(s.fsys, s.upload, key, later)
 		s.upload = nil
 	}
 	s.release()
+}
+
+// abortUpload aborts u, an upload to key: now, and again in the
+// background should that fail, or with later only in the background.
+func abortUpload(f *FS, u store.Upload, key string, later bool) {
+	if later {
+		go retryAbort(f, u, key)
+		return
+	}
+	// Abort must happen even if the request that failed was cancelled.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := u.Abort(ctx); err != nil {
+		// Usually the store is down: retry in the background so the
+		// parts do not linger once it is back.
+		f.opts.Logger.Warn("abort multipart upload; retrying in the background", "key", key, "err", err)
+		go retryAbort(f, u, key)
+	}
 }
 
 func (s *stream) release() {

@@ -94,7 +94,7 @@ func (n *fileNode) syncLocked(ctx context.Context) syscall.Errno {
 		}
 	case n.staging != nil:
 		size := n.attr.size
-		o, perr := n.uploadStaging(ctx, key, size, meta)
+		o, perr := n.storeStagingLocked(ctx, key, size, meta, &a)
 		if err = perr; err == nil {
 			a.size, a.etag = size, o.ETag
 			n.base = o.ETag

@@ -55,7 +55,9 @@ type Store interface {
 	// conditional writes.
 	PutIfMatch(ctx context.Context, key, etag string, r io.Reader, size int64, meta map[string]string) (Object, error)
 	// NewUpload starts a multipart upload; parts may be sent in parallel.
-	NewUpload(ctx context.Context, key string, meta map[string]string) (Upload, error)
+	// Unless etag is AnyVersion, Complete stores the upload only if the
+	// object is still version etag, as PutIfMatch.
+	NewUpload(ctx context.Context, key, etag string, meta map[string]string) (Upload, error)
 	// List yields the entries under prefix in key order. With a delimiter of
 	// "/" (recursive false) keys below the next "/" roll up into prefixes.
 	// startAfter skips entries up to and including that key.
@@ -112,7 +114,8 @@ type PipeSource interface {
 type Upload interface {
 	// PutPart sends the first size bytes of part as part number: a
 	// buffer (bytes.Reader) or a file on disk, read at least twice (for
-	// its checksum, then on the wire).
+	// its checksum, then on the wire). A number sent again replaces the
+	// part sent before under it.
 	PutPart(ctx context.Context, number int, part io.ReaderAt, size int64) error
 	Complete(ctx context.Context) (Object, error)
 	Abort(ctx context.Context) error

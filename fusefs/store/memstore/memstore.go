@@ -277,24 +277,25 @@ func (s *Store) sortedKeys() []string {
 	return s.sorted
 }
 
-func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]string) (store.Upload, error) {
+func (s *Store) NewUpload(ctx context.Context, key, etag string, meta map[string]string) (store.Upload, error) {
 	if err := s.fail("newupload", key); err != nil {
 		return nil, err
 	}
-	return &upload{s: s, key: key, meta: maps.Clone(meta), parts: map[int][]byte{}}, nil
+	return &upload{s: s, key: key, ifMatch: etag, meta: maps.Clone(meta), parts: map[int][]byte{}}, nil
 }
 
 // Keys returns every key in the store, sorted. For tests.
 func (s *Store) Keys() []string { return slices.Clone(s.sortedKeys()) }
 
 type upload struct {
-	s     *Store
-	key   string
-	meta  map[string]string
-	mu    sync.Mutex
-	parts map[int][]byte
-	sums  map[int]partSum // a patterned store's parts
-	done  bool
+	s       *Store
+	key     string
+	ifMatch string // the version Complete requires, unless AnyVersion
+	meta    map[string]string
+	mu      sync.Mutex
+	parts   map[int][]byte
+	sums    map[int]partSum // a patterned store's parts
+	done    bool
 }
 
 func (u *upload) PutPart(ctx context.Context, number int, part io.ReaderAt, size int64) error {
@@ -362,8 +363,13 @@ func (u *upload) Complete(ctx context.Context) (store.Object, error) {
 		data = append(data, u.parts[n]...)
 		size += partSize
 	}
+	u.s.mu.Lock()
+	defer u.s.mu.Unlock()
+	if o, ok := u.s.objects[u.key]; u.ifMatch != store.AnyVersion && (!ok || o.info.ETag != u.ifMatch) {
+		return store.Object{}, fmt.Errorf("complete %q if it is version %s: %w", u.key, u.ifMatch, store.ErrChanged)
+	}
 	u.done = true
-	return u.s.store(u.key, data, size, u.meta), nil
+	return u.s.storeLocked(u.key, data, size, u.meta), nil
 }
 
 func (u *upload) Abort(ctx context.Context) error {

@@ -38,7 +38,7 @@ func TestAPatternedStoreKeepsOnlyThePattern(t *testing.T) {
 	}
 
 	parts := func(order []int) error {
-		u, err := st.NewUpload(ctx, "m", nil)
+		u, err := st.NewUpload(ctx, "m", store.AnyVersion, nil)
 		if err != nil {
 			return err
 		}

@@ -175,12 +175,11 @@ func (s *Store) putParts(ctx context.Context, key, etag string, r io.Reader, siz
 	if err != nil {
 		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
 	}
-	up, err := s.NewUpload(ctx, key, meta)
+	up, err := s.NewUpload(ctx, key, etag, meta)
 	if err != nil {
 		return store.Object{}, err
 	}
 	u := up.(*upload)
-	u.ifMatch = etag
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ra, isFile := r.(io.ReaderAt)

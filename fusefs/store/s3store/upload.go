@@ -30,7 +30,7 @@ type upload struct {
 	parts []minio.CompletePart
 }
 
-func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]string) (store.Upload, error) {
+func (s *Store) NewUpload(ctx context.Context, key, etag string, meta map[string]string) (store.Upload, error) {
 	opts := s.putOptions(meta)
 	// Parts carry a CRC32C, which AWS S3 refuses ("Checksum Type mismatch
 	// ... expected checksum Type: null") unless the upload was started
@@ -44,7 +44,7 @@ func (s *Store) NewUpload(ctx context.Context, key string, meta map[string]strin
 	if err != nil {
 		return nil, fmt.Errorf("start upload of %q: %w", key, err)
 	}
-	return &upload{s: s, key: key, id: id, meta: meta}, nil
+	return &upload{s: s, key: key, id: id, meta: meta, ifMatch: etag}, nil
 }
 
 func (u *upload) PutPart(ctx context.Context, number int, part io.ReaderAt, size int64) error {
@@ -75,9 +75,14 @@ func (u *upload) putPart(ctx context.Context, number int, body io.ReadSeeker, si
 	if err != nil {
 		return fmt.Errorf("upload part %d of %q: %w", number, u.key, err)
 	}
+	sent := minio.CompletePart{PartNumber: number, ETag: p.ETag, ChecksumCRC32C: crc}
 	u.mu.Lock()
-	u.parts = append(u.parts, minio.CompletePart{PartNumber: number, ETag: p.ETag, ChecksumCRC32C: crc})
-	u.mu.Unlock()
+	defer u.mu.Unlock()
+	if i := slices.IndexFunc(u.parts, func(p minio.CompletePart) bool { return p.PartNumber == number }); i >= 0 {
+		u.parts[i] = sent // S3 keeps the part sent last under a number
+		return nil
+	}
+	u.parts = append(u.parts, sent)
 	return nil
 }
 
