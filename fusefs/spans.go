@@ -13,6 +13,9 @@ type span struct{ lo, hi int64 } // [lo, hi)
 // add takes in [lo, hi), merging what it overlaps or touches, and returns
 // how many bytes the spans cover.
 func (s *spans) add(lo, hi int64) int64 {
+	if lo >= hi {
+		return s.n
+	}
 	r := s.r
 	i := sort.Search(len(r), func(i int) bool { return r[i].hi >= lo })
 	j := i
