@@ -305,6 +305,26 @@ func (n *fileNode) shownLocked() attrs {
 	return a
 }
 
+// kernelWriteTimeLocked says whether in is the kernel's own word of when
+// the file was written, under the writeback cache, where the kernel keeps
+// the mtime and sends it as writes are written back and before a close
+// (fuse_flush_times: mtime and ctime, not atime), of content not uploaded
+// yet: a time within its writing, which its upload records anyway, not a
+// time a program set (cp -p and touch set atime too). Taken as set, it
+// would cost a file whose parts went up while it was written a copy of
+// the object onto itself to store it (settleStreamedMetaLocked).
+func (n *fileNode) kernelWriteTimeLocked(in *fuse.SetAttrIn) bool {
+	t, _ := in.GetMTime()
+	_, atime := in.GetATime()
+	_, ctime := in.GetCTime()
+	if !n.fsys.opts.WritebackCache || atime || !ctime || !n.upload.pending() {
+		return false
+	}
+	// The kernel's clock for inode times is coarse: a tick of slack.
+	const slack = time.Second
+	return !t.Before(n.upload.dirtySince().Add(-slack)) && !t.After(time.Now().Add(slack))
+}
+
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx = uninterruptible(ctx) // a change half made must be finished
 	if n.fsys.opts.ReadOnly {
@@ -328,7 +348,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 	}
 	a := n.attr
 	if n.fsys.applySetattr(&a, in) {
-		if _, ok := in.GetMTime(); ok {
+		if _, ok := in.GetMTime(); ok && !n.kernelWriteTimeLocked(in) {
 			n.mtimeSet = true
 		}
 		if !n.upload.pending() && n.stored {

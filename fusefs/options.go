@@ -70,12 +70,15 @@ type Options struct {
 	// Capacity fails at close or fsync, as the kernel sends it only then.
 	// The kernel's WRITEs of written-back pages are served concurrently,
 	// so out of order, and a large file goes on in a staging file
-	// (Stats.UnorderedSpills): holding a WRITE back until the ones before
-	// it came, to keep the stream, was measured slower, as pages held
-	// under writeback stall the writer at the kernel's dirty limit; and
-	// so was answering it at once with its bytes held in memory until
-	// then, as the stream's waits for part uploads then pace the writer
-	// through the kernel's throttling (README, the writeback cache).
+	// (Stats.UnorderedSpills), whose parts go up as they are written
+	// whole (Stats.EarlyParts, stagedParts): every WRITE is answered at
+	// disk speed, and the upload overlaps the writing. Holding a WRITE
+	// back until the ones before it came, to keep the stream, was
+	// measured slower, as pages held under writeback stall the writer at
+	// the kernel's dirty limit; and so was answering it at once with its
+	// bytes held in memory until then, as the stream's waits for part
+	// uploads then pace the writer through the kernel's throttling
+	// (README, the writeback cache).
 	WritebackCache bool
 	// JournalDir is the journal's directory (default: objfuse-journal in
 	// StagingDir). One mount at a time may use it.

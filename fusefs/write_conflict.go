@@ -38,11 +38,23 @@ var errConflict = errors.New("another writer replaced the file since it was read
 // condition that the object is still the version they were loaded from,
 // unless they replace it whole.
 func (n *fileNode) uploadStaging(ctx context.Context, key string, size int64, meta map[string]string) (store.Object, error) {
-	body := func() io.Reader { return io.NewSectionReader(n.staging.f, 0, size) }
+	body := func() io.Reader { return n.stagedBody(size) }
 	if n.base == store.AnyVersion {
 		return n.fsys.store.Put(ctx, key, body(), size, meta)
 	}
 	o, err := n.fsys.store.PutIfMatch(ctx, key, n.base, body(), size, meta)
+	return n.keepApartLocked(ctx, key, size, meta, o, err)
+}
+
+// stagedBody reads the staging copy's first size bytes.
+func (n *fileNode) stagedBody(size int64) io.Reader { return io.NewSectionReader(n.staging.f, 0, size) }
+
+// keepApartLocked finishes a conditional upload of the staging copy that
+// returned o and err: one refused (ErrChanged) because the object is no
+// longer the version the copy was loaded from goes on from a version this
+// mount made since, else the copy is kept under a conflict name.
+func (n *fileNode) keepApartLocked(ctx context.Context, key string, size int64, meta map[string]string, o store.Object, err error) (store.Object, error) {
+	body := func() io.Reader { return n.stagedBody(size) }
 	if errors.Is(err, store.ErrChanged) {
 		// The version there may be one this mount made since (a rename's
 		// or a chmod's copy): the change goes on from it.

@@ -316,8 +316,13 @@ func (n *fileNode) storeStagingLocked(ctx context.Context, key string, size int6
 	}
 	o, began, err := sp.finish(ctx, key, n.base, size)
 	switch {
-	case errors.Is(err, store.ErrChanged) || errors.Is(err, store.ErrNotExist):
-		return n.uploadStaging(ctx, key, size, meta) // finds the conflict
+	case errors.Is(err, store.ErrChanged):
+		// Another writer's version, or one this mount made since.
+		return n.keepApartLocked(ctx, key, size, meta, o, err)
+	case errors.Is(err, store.ErrNotExist):
+		// The object deleted, or the upload gone: the whole upload
+		// finds out which.
+		return n.uploadStaging(ctx, key, size, meta)
 	case err != nil:
 		return store.Object{}, err
 	case began == nil:

@@ -4,13 +4,18 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
+	"github.com/objfuse/objfuse/fusefs/store/memstore"
 	"github.com/objfuse/objfuse/fusefs/store/s3store"
 )
 
@@ -169,6 +174,85 @@ func TestStagedPartsNeverOverwriteAnotherWriter(t *testing.T) {
 			}
 			sameBytes(t, "the conflict copy", stored(t, st, kept[0]), append(mine, old[len(mine):]...))
 			noUploadsLeft(t, st)
+		})
+	}
+}
+
+// Under the writeback cache the kernel keeps a file's mtime and sends it
+// (mtime and ctime, not atime) as it writes pages back and before the
+// close: a time within the writing, which the upload records anyway. It
+// costs a file stored in parts no copy of the object onto itself (which
+// would double what storing a large file costs); a program setting only
+// the mtime sends the same, and one within the writing is taken the same
+// way. A time outside the writing (touch -m -d, cp -p) is stored.
+func TestWritebackWriteTimesCostNoCopy(t *testing.T) {
+	mem := memstore.New()
+	var copies atomic.Int64
+	mem.FailWith = func(op, key string) error {
+		if op == "copy" {
+			copies.Add(1)
+		}
+		return nil
+	}
+	_, dir := mountFSOf(t, mem, fusefs.Options{WritebackCache: true, PartSize: stagedPart})
+	setMtime := func(path string, mtime time.Time) {
+		t.Helper()
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime.UnixNano())}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		set    func(began time.Time) time.Time // the mtime set before the close
+		stored func(began time.Time) time.Time // the mtime stored, zero: within the writing
+	}{
+		{"the writing's time", func(began time.Time) time.Time { return began }, nil},
+		{"another time", func(time.Time) time.Time { return time.Date(2017, 1, 2, 3, 4, 5, 0, time.UTC) },
+			func(time.Time) time.Time { return time.Date(2017, 1, 2, 3, 4, 5, 0, time.UTC) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			copies.Store(0)
+			path := filepath.Join(dir, "f")
+			began := time.Now()
+			h, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			data := randomBytes(3*stagedPart + 12345)
+			if _, err := h.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			// A second later, so that the time set is not the one the
+			// upload begins with.
+			eventually(t, 3*time.Second, "a later second", func() bool { return time.Now().Unix() > began.Unix()+1 })
+			setMtime(path, c.set(began))
+			if err := h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			closed := time.Now()
+			sameBytes(t, "stored", stored(t, mem, "f"), data)
+			o, err := mem.Head(t.Context(), "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := strconv.ParseFloat(o.Metadata["mtime"], 64)
+			if err != nil {
+				t.Fatalf("stored mtime %q: %v", o.Metadata["mtime"], err)
+			}
+			if c.stored != nil {
+				if want := c.stored(began); int64(got) != want.Unix() {
+					t.Fatalf("stored mtime %v, want the one set, %v", got, want.Unix())
+				}
+				return
+			}
+			if n := copies.Load(); n != 0 {
+				t.Fatalf("storing the file copied an object %d times: the kernel's time was taken as set", n)
+			}
+			if int64(got) < began.Unix()-1 || int64(got) > closed.Unix()+1 {
+				t.Fatalf("stored mtime %v, not within the writing (%d to %d)", got, began.Unix(), closed.Unix())
+			}
 		})
 	}
 }

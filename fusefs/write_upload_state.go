@@ -1,6 +1,9 @@
 package fusefs
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // uploadState is where a file's local content stands with its upload, and
 // which failure its writers have still to hear of. It is a fileNode's,
@@ -14,7 +17,9 @@ import "syscall"
 //     reported lost (Health), once, unless a writer's close or fsync
 //     already returned the failure and nothing was written since.
 type uploadState struct {
-	dirty bool  // local content differs from the object
+	dirty bool // local content differs from the object
+	// since is when the content last came to differ from the object.
+	since time.Time
 	lost  error // what lost the content, reported until the last close
 	owed  error // a failure after an asynchronous close, for the next close or fsync
 	last  error // the last upload failure, for logs and owed
@@ -33,7 +38,15 @@ func (u *uploadState) pending() bool { return u.dirty }
 
 // written: the content changed. A failure a writer heard of is no longer
 // the latest word on it.
-func (u *uploadState) written() { u.dirty, u.told = true, false }
+func (u *uploadState) written() {
+	if !u.dirty {
+		u.since = time.Now()
+	}
+	u.dirty, u.told = true, false
+}
+
+// dirtySince is when the content not uploaded yet began to be written.
+func (u *uploadState) dirtySince() time.Time { return u.since }
 
 // settled: nothing is left to upload: the content went up, was dropped,
 // or lost its name.
