@@ -308,16 +308,20 @@ func (n *fileNode) shownLocked() attrs {
 // kernelWriteTimeLocked says whether in is the kernel's own word of when
 // the file was written, under the writeback cache, where the kernel keeps
 // the mtime and sends it as writes are written back and before a close
-// (fuse_flush_times: mtime and ctime, not atime), of content not uploaded
-// yet: a time within its writing, which its upload records anyway, not a
-// time a program set (cp -p and touch set atime too). Taken as set, it
-// would cost a file whose parts went up while it was written a copy of
-// the object onto itself to store it (settleStreamedMetaLocked).
+// (fuse_flush_times: mtime and ctime, without atime, naming the open
+// file), of content not uploaded yet: a time within its writing, which
+// its upload records anyway. A program's utimensat never names a file
+// (only ftruncate does, with a size), so a time a program set, even
+// within the writing, is stored. Taken as set, the kernel's would cost a
+// file stored in parts a copy of the object onto itself to store it
+// (settleStreamedMetaLocked).
 func (n *fileNode) kernelWriteTimeLocked(in *fuse.SetAttrIn) bool {
 	t, _ := in.GetMTime()
 	_, atime := in.GetATime()
 	_, ctime := in.GetCTime()
-	if !n.fsys.opts.WritebackCache || atime || !ctime || !n.upload.pending() {
+	_, fh := in.GetFh()
+	_, size := in.GetSize()
+	if !n.fsys.opts.WritebackCache || atime || !ctime || !fh || size || !n.upload.pending() {
 		return false
 	}
 	// The kernel's clock for inode times is coarse: a tick of slack.

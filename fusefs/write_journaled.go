@@ -105,6 +105,8 @@ func (n *fileNode) takeJournaledLocked() *stagingFile {
 	if n.staging != nil && n.staging.journaled {
 		st := n.staging
 		n.staging = nil
+		st.parts.discard() // kept for its record, not uploaded from here
+		st.parts = nil
 		return st
 	}
 	return nil

@@ -66,8 +66,11 @@ func (s *stagingFile) WriteAt(p []byte, off int64) error {
 	if err := s.reserve(off + int64(len(p))); err != nil {
 		return err
 	}
+	// Counted before the write for a part in flight, and after it for
+	// one that began to go up while the write was landing.
 	s.parts.changed(off, int64(len(p)))
 	_, err := s.f.WriteAt(p, off)
+	s.parts.changed(off, int64(len(p)))
 	return err
 }
 

@@ -43,6 +43,10 @@ type stagedParts struct {
 
 	started sync.Mutex // held while the upload is started
 	upload  store.Upload
+	// ctx is the early sends'; cancel ends them (discard), and the
+	// mounter's stop too.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	parts    map[int]*stagedPart // by index, from 0
@@ -69,6 +73,7 @@ type earlyUpload func() (key, base string, meta map[string]string, ok bool)
 func (f *FS) newStagedParts(file io.ReaderAt) *stagedParts {
 	sp := &stagedParts{fsys: f, f: file, partSize: int64(f.opts.PartSize), parts: map[int]*stagedPart{}}
 	sp.idle = sync.NewCond(&sp.mu)
+	sp.ctx, sp.cancel = f.uploadContext(context.Background())
 	return sp
 }
 
@@ -111,7 +116,8 @@ func (sp *stagedParts) written(off, size int64, where earlyUpload) {
 	}
 	for i := int(off / sp.partSize); int64(i)*sp.partSize < off+size; i++ {
 		if i >= sp.fsys.maxParts {
-			break // the close sends larger parts than these
+			sp.halted = true // the close sends larger parts than these
+			return
 		}
 		p := sp.part(i)
 		if p.whole {
@@ -159,9 +165,7 @@ func (sp *stagedParts) sendWholeLocked() {
 // send uploads part i in the background; changes is what it counted when
 // the upload began.
 func (sp *stagedParts) send(i, changes int) {
-	ctx, cancel := sp.fsys.uploadContext(context.Background())
-	defer cancel()
-	err := sp.put(ctx, i, sp.partSize)
+	err := sp.put(sp.ctx, i, sp.partSize)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	p := sp.parts[i]
@@ -217,6 +221,7 @@ func (sp *stagedParts) settle() {
 // starts it over for the writes that follow.
 func (sp *stagedParts) finish(ctx context.Context, key, base string, size int64) (store.Object, map[string]string, error) {
 	sp.settle()
+	sp.cancel()
 	last := int((size - 1) / sp.partSize)
 	fits := sp.upload != nil && key == sp.key && base == sp.base && size > sp.partSize && last < sp.fsys.maxParts
 	for i, p := range sp.parts {
@@ -226,6 +231,7 @@ func (sp *stagedParts) finish(ctx context.Context, key, base string, size int64)
 		sp.discard()
 		return store.Object{}, nil, nil
 	}
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	slots := make(chan struct{}, sp.fsys.opts.Concurrency)
@@ -255,19 +261,20 @@ func (sp *stagedParts) finish(ctx context.Context, key, base string, size int64)
 		o, err = sp.upload.Complete(ctx)
 	}
 	if err != nil {
-		sp.abortAfter(ctx)
+		sp.abortAfter(parent)
 		return store.Object{}, nil, err
 	}
 	sp.upload = nil
 	return o, sp.meta, nil
 }
 
-// discard ends tracking, without waiting: the parts in flight end in
-// the background, and then an upload begun is aborted.
+// discard ends tracking, without waiting: the parts in flight are cut,
+// and once they end an upload begun is aborted in the background.
 func (sp *stagedParts) discard() {
 	if sp == nil {
 		return
 	}
+	sp.cancel()
 	go func() {
 		sp.settle()
 		sp.started.Lock()
@@ -328,5 +335,9 @@ func (n *fileNode) storeStagingLocked(ctx context.Context, key string, size int6
 	case began == nil:
 		return n.uploadStaging(ctx, key, size, meta)
 	}
+	// The content is stored: should storing the metadata set meanwhile
+	// fail, the next try goes on from this version, not against it.
+	n.base = o.ETag
+	n.own.note(o.ETag)
 	return n.settleStreamedMetaLocked(ctx, key, o, began, a)
 }

@@ -179,12 +179,11 @@ func TestStagedPartsNeverOverwriteAnotherWriter(t *testing.T) {
 }
 
 // Under the writeback cache the kernel keeps a file's mtime and sends it
-// (mtime and ctime, not atime) as it writes pages back and before the
-// close: a time within the writing, which the upload records anyway. It
-// costs a file stored in parts no copy of the object onto itself (which
-// would double what storing a large file costs); a program setting only
-// the mtime sends the same, and one within the writing is taken the same
-// way. A time outside the writing (touch -m -d, cp -p) is stored.
+// (mtime and ctime, naming the open file) as it writes pages back and
+// before the close: a time within the writing, which the upload records
+// anyway. It costs a file stored in parts no copy of the object onto
+// itself (which would double what storing a large file costs). A time a
+// program sets, even one within the writing (touch -m -d), is stored.
 func TestWritebackWriteTimesCostNoCopy(t *testing.T) {
 	mem := memstore.New()
 	var copies atomic.Int64
@@ -195,64 +194,72 @@ func TestWritebackWriteTimesCostNoCopy(t *testing.T) {
 		return nil
 	}
 	_, dir := mountFSOf(t, mem, fusefs.Options{WritebackCache: true, PartSize: stagedPart})
-	setMtime := func(path string, mtime time.Time) {
+	path := filepath.Join(dir, "f")
+	storedMtime := func() int64 {
 		t.Helper()
-		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime.UnixNano())}
+		o, err := mem.Head(t.Context(), "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := strconv.ParseFloat(o.Metadata["mtime"], 64)
+		if err != nil {
+			t.Fatalf("stored mtime %q: %v", o.Metadata["mtime"], err)
+		}
+		return int64(got)
+	}
+	// write writes two parts and has the kernel send them now, not at
+	// the close, so that the upload begins (and fixes its metadata) now;
+	// then, in a later second, it writes a third part and calls then.
+	write := func(then func()) []byte {
+		t.Helper()
+		h, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		data := randomBytes(3*stagedPart + 12345)
+		// The second part first: the file is staged, whatever order
+		// the kernel sends each part's pages in.
+		for _, off := range []int{stagedPart, 0} {
+			if _, err := h.WriteAt(data[off:off+stagedPart], int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			const all = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+			if err := unix.SyncFileRange(int(h.Fd()), int64(off), stagedPart, all); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sent := time.Now().Unix()
+		eventually(t, 3*time.Second, "a later second", func() bool { return time.Now().Unix() > sent })
+		if _, err := h.WriteAt(data[2*stagedPart:], 2*stagedPart); err != nil {
+			t.Fatal(err)
+		}
+		then()
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		sameBytes(t, "stored", stored(t, mem, "f"), data)
+		return data
+	}
+
+	began := time.Now().Unix()
+	write(func() {})
+	if n := copies.Load(); n != 0 {
+		t.Fatalf("storing the file copied an object %d times: the kernel's time was taken as set", n)
+	}
+	if got, closed := storedMtime(), time.Now().Unix(); got < began-1 || got > closed+1 {
+		t.Fatalf("stored mtime %d, not within the writing (%d to %d)", got, began, closed)
+	}
+
+	var set time.Time
+	write(func() {
+		set = time.Now() // within the writing, a second after its upload began
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(set.UnixNano())}
 		if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, 0); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, c := range []struct {
-		name   string
-		set    func(began time.Time) time.Time // the mtime set before the close
-		stored func(began time.Time) time.Time // the mtime stored, zero: within the writing
-	}{
-		{"the writing's time", func(began time.Time) time.Time { return began }, nil},
-		{"another time", func(time.Time) time.Time { return time.Date(2017, 1, 2, 3, 4, 5, 0, time.UTC) },
-			func(time.Time) time.Time { return time.Date(2017, 1, 2, 3, 4, 5, 0, time.UTC) }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			copies.Store(0)
-			path := filepath.Join(dir, "f")
-			began := time.Now()
-			h, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer h.Close()
-			data := randomBytes(3*stagedPart + 12345)
-			if _, err := h.Write(data); err != nil {
-				t.Fatal(err)
-			}
-			// A second later, so that the time set is not the one the
-			// upload begins with.
-			eventually(t, 3*time.Second, "a later second", func() bool { return time.Now().Unix() > began.Unix()+1 })
-			setMtime(path, c.set(began))
-			if err := h.Close(); err != nil {
-				t.Fatal(err)
-			}
-			closed := time.Now()
-			sameBytes(t, "stored", stored(t, mem, "f"), data)
-			o, err := mem.Head(t.Context(), "f")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := strconv.ParseFloat(o.Metadata["mtime"], 64)
-			if err != nil {
-				t.Fatalf("stored mtime %q: %v", o.Metadata["mtime"], err)
-			}
-			if c.stored != nil {
-				if want := c.stored(began); int64(got) != want.Unix() {
-					t.Fatalf("stored mtime %v, want the one set, %v", got, want.Unix())
-				}
-				return
-			}
-			if n := copies.Load(); n != 0 {
-				t.Fatalf("storing the file copied an object %d times: the kernel's time was taken as set", n)
-			}
-			if int64(got) < began.Unix()-1 || int64(got) > closed.Unix()+1 {
-				t.Fatalf("stored mtime %v, not within the writing (%d to %d)", got, began.Unix(), closed.Unix())
-			}
-		})
+	})
+	if got := storedMtime(); got != set.Unix() {
+		t.Fatalf("stored mtime %d, want the one set, %d", got, set.Unix())
 	}
 }

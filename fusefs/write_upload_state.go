@@ -54,7 +54,7 @@ func (u *uploadState) settled() { u.dirty, u.async = false, false }
 
 // restored: journaled content that a close acknowledged before a restart
 // waits for its upload.
-func (u *uploadState) restored() { u.dirty, u.async = true, true }
+func (u *uploadState) restored() { u.dirty, u.async, u.since = true, true, time.Now() }
 
 // closedAsync: a close(2) returned before the content was uploaded.
 func (u *uploadState) closedAsync() { u.async = true }
