@@ -366,6 +366,24 @@ func (s *staleAttrs) List(ctx context.Context, prefix, startAfter string, recurs
 	}
 }
 
+// theConflictCopy returns the key of the one conflict copy of key in st.
+func theConflictCopy(t *testing.T, st store.Store, key string) string {
+	t.Helper()
+	var kept []string
+	for e, err := range st.List(t.Context(), "", "", true) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(e.Key, key+".objfuse-conflict-") {
+			kept = append(kept, e.Key)
+		}
+	}
+	if len(kept) != 1 {
+		t.Fatalf("conflict copies %q, want one", kept)
+	}
+	return kept[0]
+}
+
 // A change in place to a file another client replaced after the mount
 // loaded it never overwrites that client's version: the close fails, the
 // change is kept under a conflict name, and the mount's Health names it.
@@ -416,23 +434,12 @@ func TestWriteConflictKeepsBothVersions(t *testing.T) {
 			if got := string(stored(t, st, "g")); got != "mine" {
 				t.Fatalf("g holds %q, want the last whole replacement", got)
 			}
-			var kept []string
-			for e, err := range st.List(t.Context(), "", "", true) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				if strings.HasPrefix(e.Key, "f.objfuse-conflict-") {
-					kept = append(kept, e.Key)
-				}
-			}
-			if len(kept) != 1 {
-				t.Fatalf("conflict copies %q, want one", kept)
-			}
-			if got := string(stored(t, st, kept[0])); got != "XYZ3456789" {
+			kept := theConflictCopy(t, st, "f")
+			if got := string(stored(t, st, kept)); got != "XYZ3456789" {
 				t.Fatalf("the conflict copy holds %q, want the change made here", got)
 			}
-			if h := fsys.Health(); h.Conflicts != 1 || !strings.Contains(h.LastConflict, kept[0]) {
-				t.Fatalf("health: %d conflicts, latest %q; want 1 naming %s", h.Conflicts, h.LastConflict, kept[0])
+			if h := fsys.Health(); h.Conflicts != 1 || !strings.Contains(h.LastConflict, kept) {
+				t.Fatalf("health: %d conflicts, latest %q; want 1 naming %s", h.Conflicts, h.LastConflict, kept)
 			}
 			if got, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(got) != "abcdefghij" {
 				t.Fatalf("reading f after the conflict: %q, %v", got, err)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -160,19 +159,8 @@ func TestStagedPartsNeverOverwriteAnotherWriter(t *testing.T) {
 			if got := stored(t, st, "f"); string(got) != string(theirs) {
 				t.Fatalf("f holds %d bytes: the other writer's version was overwritten", len(got))
 			}
-			var kept []string
-			for e, err := range st.List(t.Context(), "", "", true) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				if strings.HasPrefix(e.Key, "f.objfuse-conflict-") {
-					kept = append(kept, e.Key)
-				}
-			}
-			if len(kept) != 1 {
-				t.Fatalf("conflict copies %q, want one", kept)
-			}
-			sameBytes(t, "the conflict copy", stored(t, st, kept[0]), append(mine, old[len(mine):]...))
+			kept := theConflictCopy(t, st, "f")
+			sameBytes(t, "the conflict copy", stored(t, st, kept), append(mine, old[len(mine):]...))
 			noUploadsLeft(t, st)
 		})
 	}
