@@ -59,12 +59,19 @@ type stagedParts struct {
 type stagedPart struct {
 	covered spans // written since tracking began, until whole
 	whole   bool
+	// scattered: written in more pieces apart than maxSpans, and no
+	// longer tracked (it goes up at the close): random small writes
+	// must not make the record of what they wrote grow without bound.
+	scattered bool
 	// changes counts the changes made to the part once it was whole;
 	// sent is what it counted when the part last went up in full
 	// (partSize bytes), -1 if it never did.
 	changes, sent int
 	sending       bool
 }
+
+// maxSpans bounds the pieces a part's record of what was written holds.
+const maxSpans = 64
 
 // earlyUpload is where a staged file's parts go: its key, the version it
 // replaces and its metadata, now.
@@ -120,12 +127,15 @@ func (sp *stagedParts) written(off, size int64, where earlyUpload) {
 			return
 		}
 		p := sp.part(i)
-		if p.whole {
+		if p.whole || p.scattered {
 			continue
 		}
 		start := int64(i) * sp.partSize
 		lo, hi := max(off, start)-start, min(off+size, start+sp.partSize)-start
 		if p.covered.add(lo, hi) < sp.partSize {
+			if len(p.covered.r) > maxSpans {
+				p.scattered, p.covered = true, spans{}
+			}
 			continue
 		}
 		p.whole, p.covered = true, spans{}
