@@ -65,6 +65,10 @@ func SetMaxParts(f *FS, n int) { f.maxParts = n }
 // StagedBytes is what staging files (spooled parts included) take now.
 func StagedBytes(f *FS) int64 { return f.staged.Load() }
 
+// PartBufferBytes is what the part buffers mapped now take, in use or
+// kept for reuse.
+func PartBufferBytes(f *FS) int64 { return f.partBuffers().pool.Mapped() }
+
 // MetaLookahead bounds the HEADs an open directory sends ahead of lookups.
 const MetaLookahead = metaLookahead
 

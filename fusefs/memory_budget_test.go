@@ -97,7 +97,7 @@ func TestTheMemoryBudgetHolds(t *testing.T) {
 				w.prepare(t, st)
 			}
 			f, dir := mountFSOf(t, &generatedDir{Store: st, prefix: hugeDir + "/", count: hugeNames},
-				fusefs.Options{MemoryLimit: budgetTest, PartSize: budgetPart})
+				fusefs.Options{MemoryLimit: budgetTest, PartSize: budgetPart, Concurrency: 3})
 			bufs := make([]programBuffers, w.programs)
 			for i := range bufs {
 				bufs[i] = programBuffers{make([]byte, 1<<20), make([]byte, 1<<20)}

@@ -240,7 +240,7 @@ func TestAFailedPartsBufferIsNotReusedAtOnce(t *testing.T) {
 		return nil
 	}
 	const part = 5 << 20
-	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: 4 * part, PartSize: part})
+	f, dir := mountFSOf(t, st, fusefs.Options{MemoryLimit: 4 * part, PartSize: part, Concurrency: 3})
 	h, err := os.Create(filepath.Join(dir, "big"))
 	if err != nil {
 		t.Fatal(err)

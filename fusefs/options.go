@@ -36,7 +36,9 @@ type Options struct {
 	// data not yet uploaded (of files open, or closed asynchronously and
 	// waiting for their upload) and in readahead chunks. Written data
 	// beyond it waits for uploads to give memory back, or goes to
-	// staging files.
+	// staging files. A limit too small to keep Concurrency parts
+	// uploading while the next one fills has files stream their parts
+	// through spool files instead (partsOnDisk).
 	MemoryLimit int64
 	// StagingDir holds local copies of files being randomly written;
 	// StagingLimit bounds their total size (ENOSPC beyond it).
@@ -178,6 +180,23 @@ func (o Options) WithDefaults() Options {
 		o.Prefix += "/"
 	}
 	return o
+}
+
+// partsOnDisk reports whether streams fill their parts, past a small
+// file's first MiB, in spool files in the staging area rather than in
+// part buffers: when the memory limit cannot hold Concurrency parts
+// uploading and the one being filled, as a mounter pod with a small
+// memory limit has it. The bytes then sit in the kernel's page cache,
+// which it writes back and reclaims under pressure, not in the
+// mounter's memory; the cost is the CPU of writing each part to the page
+// cache and reading it back. Such a stream holds up to Concurrency + 1
+// parts of staging space, so this holds only where those fit in half the
+// staging limit, as the larger parts of a huge file do
+// (stream.partLimit); a part that finds no room when it starts fills in
+// memory.
+func (o Options) partsOnDisk() bool {
+	parts := int64(o.Concurrency+1) * int64(o.PartSize)
+	return o.MemoryLimit < parts && parts <= o.StagingLimit/2
 }
 
 // Validate reports options that cannot work.

@@ -77,12 +77,8 @@ func (n *fileNode) toStaging(ctx context.Context) error {
 		return nil
 	}
 	if n.stream != nil && !n.stream.started() {
-		st, err := n.fsys.newStaging()
+		st, err := n.stream.staged()
 		if err != nil {
-			return err
-		}
-		if err := st.WriteAt(n.stream.pending(), 0); err != nil {
-			st.Close()
 			return err
 		}
 		n.attr.size = n.stream.size

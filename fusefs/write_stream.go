@@ -105,7 +105,10 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) (i
 			return written, syscall.EFBIG
 		}
 		n := int(min(int64(len(p)), room))
-		if limit > int64(partSize) {
+		if s.spool == nil && limit <= int64(partSize) && s.fillsOnDisk(n) {
+			s.startSpool(limit) // without room on disk, the part fills in memory
+		}
+		if s.spool != nil || limit > int64(partSize) {
 			if err := s.writeSpool(p[:n]); err != nil {
 				return written, err
 			}
@@ -147,7 +150,10 @@ func (s *stream) partLen() int64 {
 // writeBuffer appends p (no more than the part's room) to the part in
 // memory.
 func (s *stream) writeBuffer(ctx context.Context, p []byte) error {
-	if s.pooled == nil && len(s.buf)+len(p) > smallFileLimit {
+	// Past a small file's buffer, or for a part after the first (one a
+	// small memory limit's stream fills in memory: Options.partsOnDisk),
+	// the part takes a pooled buffer.
+	if s.pooled == nil && (s.upload != nil || len(s.buf)+len(p) > smallFileLimit) {
 		b := s.fsys.partBuffers().getForWrite(ctx)
 		if b == nil {
 			if s.upload == nil {
@@ -173,6 +179,72 @@ func (s *stream) writeBuffer(ctx context.Context, p []byte) error {
 	}
 	s.buf = append(s.buf, p...)
 	return nil
+}
+
+// fillsOnDisk reports whether the part being filled, about to take n
+// more bytes, goes on in a spool file: under a memory limit too small
+// for parts in memory (Options.partsOnDisk), a part from its start once
+// the upload began, and the first part once it outgrows a small file's
+// buffer. A part that began in a pooled buffer ends there.
+func (s *stream) fillsOnDisk(n int) bool {
+	if s.pooled != nil || !s.fsys.opts.partsOnDisk() {
+		return false
+	}
+	if s.upload != nil {
+		return s.partLen() == 0
+	}
+	return len(s.buf)+n > smallFileLimit
+}
+
+// startSpool moves the part being filled to a new spool file that takes
+// room for a whole part of size in the staging area now, so that the
+// writes filling it never find the disk full. What the part holds in
+// memory goes with it. Should the staging area have no room, the stream
+// stays as it was.
+func (s *stream) startSpool(size int64) {
+	st, err := s.fsys.newStaging()
+	if err != nil {
+		s.fsys.opts.Logger.Debug("no spool file for a part: it fills in memory", "err", err)
+		return
+	}
+	if err := st.reserve(size); err != nil {
+		st.Close()
+		return
+	}
+	if err := st.WriteAt(s.buf, 0); err != nil {
+		st.Close()
+		return
+	}
+	s.spool, s.spoolLen = st, int64(len(s.buf))
+	s.buf = nil
+	s.freeSmall()
+}
+
+// staged gives the content of a stream no part of which went up as a
+// staging file: its spool handed over, cut to the file's length, or a
+// new one with its buffer. The stream keeps nothing of it.
+func (s *stream) staged() (*stagingFile, error) {
+	st := s.spool
+	if st == nil {
+		st, err := s.fsys.newStaging()
+		if err != nil {
+			return nil, err
+		}
+		if err := st.WriteAt(s.buf, 0); err != nil {
+			st.Close()
+			return nil, err
+		}
+		return st, nil
+	}
+	// A write the disk took only part of may have left bytes past the
+	// content.
+	if err := st.f.Truncate(s.spoolLen); err != nil {
+		return nil, fmt.Errorf("cut a spooled part to its length: %w", err)
+	}
+	s.fsys.staged.Add(s.spoolLen - st.reserved)
+	st.reserved = s.spoolLen
+	s.spool, s.spoolLen = nil, 0
+	return st, nil
 }
 
 // writeSpool appends p to the part being filled on disk.
@@ -291,8 +363,8 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 			s.mu.Unlock()
 		}
 	}()
-	if s.partLimit(s.part+1) > int64(s.fsys.opts.PartSize) {
-		return nil // the next part is spooled
+	if s.partLimit(s.part+1) > int64(s.fsys.opts.PartSize) || s.fsys.opts.partsOnDisk() {
+		return nil // the next part is spooled, or takes a buffer should it fill in memory
 	}
 	var next *[]byte
 	if len(s.inflight) < s.fsys.opts.Concurrency {
@@ -308,21 +380,23 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 	return nil
 }
 
-// reclaim waits for the oldest in-flight part and takes its buffer. Only
-// parts in memory are in flight while the stream fills buffers: spooled
-// parts come after the last of those.
+// reclaim waits for the oldest in-flight part in memory and takes its
+// buffer; spooled parts before it (a small memory limit's, see
+// Options.partsOnDisk) are waited for and freed on the way.
 func (s *stream) reclaim() *[]byte {
-	if len(s.inflight) == 0 {
-		return nil
-	}
-	p := s.inflight[0]
-	s.inflight = s.inflight[1:]
-	<-p.done
-	if s.failed() != nil {
+	for len(s.inflight) > 0 {
+		p := s.inflight[0]
+		s.inflight = s.inflight[1:]
+		<-p.done
+		if p.buf != nil && s.failed() == nil {
+			return p.buf
+		}
 		s.free(p)
-		return nil
+		if s.failed() != nil {
+			return nil
+		}
 	}
-	return p.buf
+	return nil
 }
 
 // retireOldest waits for the oldest in-flight part and frees what it held.
@@ -370,7 +444,12 @@ func (s *stream) finish(ctx context.Context, meta map[string]string) (store.Obje
 		if err != nil {
 			return store.Object{}, err
 		}
-		o, err := s.fsys.store.Put(ctx, key, bytes.NewReader(s.buf), int64(len(s.buf)), meta)
+		var body io.Reader = bytes.NewReader(s.buf)
+		size := int64(len(s.buf))
+		if s.spool != nil {
+			body, size = io.NewSectionReader(s.spool.f, 0, s.spoolLen), s.spoolLen
+		}
+		o, err := s.fsys.store.Put(ctx, key, body, size, meta)
 		if err != nil {
 			return store.Object{}, err
 		}
@@ -479,9 +558,6 @@ func (s *stream) memoryHeld() int64 {
 	}
 	return n
 }
-
-// pending returns the data not yet sent (all of it if no part went up).
-func (s *stream) pending() []byte { return s.buf }
 
 // started reports whether any part has been sent.
 func (s *stream) started() bool { return s.upload != nil }
