@@ -145,8 +145,10 @@ func TestAPartFilledOnDiskIsHandedOverWhole(t *testing.T) {
 			defer h.Close()
 			data := randomBytes(size)
 			writeMiBs(t, h, data, nil)
-			if n := fusefs.StagedBytes(f); n != diskPart {
-				t.Fatalf("%d bytes staged past the first MiB, want one part's room (%d): the part is not on disk", n, diskPart)
+			// On disk, and holding the room of what it holds, not of a
+			// whole part.
+			if n := fusefs.StagedBytes(f); n != size {
+				t.Fatalf("%d bytes staged past the first MiB, want the file's %d", n, size)
 			}
 			want := c.then(t, f, h, data)
 			if err := h.Close(); err != nil {
@@ -163,56 +165,97 @@ func TestAPartFilledOnDiskIsHandedOverWhole(t *testing.T) {
 	}
 }
 
-// TestAPartWithoutRoomOnDiskFillsInMemory: under a small memory limit, a
-// part that finds the staging area without room for it when it starts
-// fills in a part buffer instead, and once memory is short too the
-// stream takes its own oldest buffer back, past the spooled part still
-// in flight before it. The file is stored whole, and every spool's room
-// is given back.
+// TestAPartWithoutRoomOnDiskFillsInMemory: under a small memory limit,
+// a part that finds the staging area without room for it when it starts
+// waits for the file's own parts in flight to give theirs back; it fills
+// in a part buffer only while other files hold the room, and the file's
+// parts go back on disk once they give it back. Either way the file is
+// stored whole, only at its close, and every spool's room is given back.
 func TestAPartWithoutRoomOnDiskFillsInMemory(t *testing.T) {
 	opts := partsOnDiskOptions()
 	opts.StagingLimit = 30 << 20 // the least that holds three parts in half
-	st := memstore.New()
-	f, dir := mountFSOf(t, st, opts)
-	h, err := os.Create(filepath.Join(dir, "big"))
-	if err != nil {
-		t.Fatal(err)
+	// filler makes another file take size bytes of staging, staged as
+	// written out of order.
+	filler := func(t *testing.T, dir string, size int64) *os.File {
+		h, err := os.Create(filepath.Join(dir, "filler"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		if _, err := h.WriteAt([]byte("x"), size-1); err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
-	defer h.Close()
-	data := randomBytes(5*diskPart + 123)
-	writeMiBs(t, h, data[:diskPart], nil) // the first part, spooled, goes up
-	if n := fusefs.StagedBytes(f); n != diskPart {
-		t.Fatalf("%d bytes staged after the first part, want it spooled (%d)", n, diskPart)
+	notYetStored := func(t *testing.T, st *memstore.Store) {
+		if _, err := st.Head(t.Context(), "big"); err == nil {
+			t.Fatal("the file is in the store before its close: its upload was completed half written")
+		}
 	}
-	// Another file takes the rest of the staging area but for less than
-	// a part: 21 MiB, staged as written out of order.
-	const filler = 21 << 20
-	other, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, err := other.WriteAt([]byte("x"), filler-1); err != nil {
-		t.Fatal(err)
-	}
-	var inMemory bool
-	writeMiBs(t, h, data[diskPart:], func() {
-		inMemory = inMemory || fusefs.PartBufferBytes(f) > 0
-		if n := fusefs.StagedBytes(f); n > opts.StagingLimit {
-			t.Fatalf("%d bytes staged, over the limit", n)
+	t.Run("its own parts hold the room", func(t *testing.T) {
+		st := memstore.New()
+		f, dir := mountFSOf(t, st, opts)
+		h, err := os.Create(filepath.Join(dir, "big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		data := randomBytes(4*diskPart + 123)
+		writeMiBs(t, h, data[:diskPart], nil) // the first part, spooled, goes up
+		if n := fusefs.StagedBytes(f); n != diskPart {
+			t.Fatalf("%d bytes staged after the first part, want it spooled (%d)", n, diskPart)
+		}
+		// Room for the next part only once the first gave its back.
+		filler(t, dir, opts.StagingLimit-2*diskPart+diskMiB)
+		writeMiBs(t, h, data[diskPart:], func() {
+			if n := fusefs.PartBufferBytes(f); n != 0 {
+				t.Fatalf("%d bytes of part buffers mapped: a part filled in memory while the file's own part held the room", n)
+			}
+			notYetStored(t, st)
+		})
+		if err := h.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		sameBytes(t, "stored", stored(t, st, "big"), data)
+	})
+	t.Run("other files hold the room", func(t *testing.T) {
+		st := memstore.New()
+		f, dir := mountFSOf(t, st, opts)
+		// Less than a part left.
+		other := filler(t, dir, opts.StagingLimit-diskPart+diskMiB)
+		h, err := os.Create(filepath.Join(dir, "big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		data := randomBytes(6*diskPart + 123)
+		writeMiBs(t, h, data[:3*diskPart], func() { notYetStored(t, st) })
+		if fusefs.PartBufferBytes(f) == 0 {
+			t.Fatal("no part filled in memory while the staging area had no room")
+		}
+		if err := other.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// A staging file goes with the last RELEASE, which the kernel
+		// sends after close(2) returned.
+		eventually(t, 10*time.Second, "the other file's staging given back", func() bool { return fusefs.StagedBytes(f) == 0 })
+		var spooled bool
+		writeMiBs(t, h, data[3*diskPart:], func() {
+			spooled = spooled || fusefs.StagedBytes(f) > 0
+			notYetStored(t, st)
+		})
+		if !spooled {
+			t.Error("no part went back on disk once the staging area had room")
+		}
+		if err := h.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		sameBytes(t, "stored", stored(t, st, "big"), data)
+		if n := fusefs.StagedBytes(f); n != 0 {
+			t.Errorf("%d bytes staged after close", n)
+		}
+		if held := f.Stats().BufferBytes.Load(); held != 0 {
+			t.Errorf("%d bytes of the memory limit still held after close", held)
 		}
 	})
-	if !inMemory {
-		t.Error("no part filled in memory while the staging area had no room")
-	}
-	if err := h.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	sameBytes(t, "stored", stored(t, st, "big"), data)
-	if n := fusefs.StagedBytes(f); n != filler {
-		t.Errorf("%d bytes staged after close, want only the other file's %d", n, filler)
-	}
-	if held := f.Stats().BufferBytes.Load(); held != 0 {
-		t.Errorf("%d bytes of the memory limit still held after close", held)
-	}
 }

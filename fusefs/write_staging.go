@@ -62,6 +62,17 @@ func (s *stagingFile) reserve(size int64) error {
 	return nil
 }
 
+// keepRoomFor gives back what the file reserved past size bytes.
+func (s *stagingFile) keepRoomFor(size int64) {
+	if size < s.reserved {
+		s.fsys.staged.Add(size - s.reserved)
+		s.reserved = size
+	}
+}
+
+// stagingHasRoom reports whether the staging limit has n bytes free now.
+func (f *FS) stagingHasRoom(n int64) bool { return f.staged.Load()+n <= f.opts.StagingLimit }
+
 func (s *stagingFile) WriteAt(p []byte, off int64) error {
 	if err := s.reserve(off + int64(len(p))); err != nil {
 		return err

@@ -106,7 +106,10 @@ func (s *stream) write(ctx context.Context, p []byte, meta map[string]string) (i
 		}
 		n := int(min(int64(len(p)), room))
 		if s.spool == nil && limit <= int64(partSize) && s.fillsOnDisk(n) {
-			s.startSpool(limit) // without room on disk, the part fills in memory
+			// Without room on disk, the part fills in memory.
+			if err := s.startSpool(limit); err != nil {
+				return written, err
+			}
 		}
 		if s.spool != nil || limit > int64(partSize) {
 			if err := s.writeSpool(p[:n]); err != nil {
@@ -165,7 +168,12 @@ func (s *stream) writeBuffer(ctx context.Context, p []byte) error {
 				if err := s.failed(); err != nil {
 					return err
 				}
-				return errNoMemory // no part to wait for: go on in staging
+				// No part to wait for: a small memory limit's part
+				// (Options.partsOnDisk) that found neither room on disk
+				// nor memory. Going on in staging would complete the
+				// upload half written, and need the room that is not
+				// there.
+				return fmt.Errorf("no room on disk or in memory for part %d: %w", s.part+1, syscall.ENOSPC)
 			}
 		}
 		s.pooled = b
@@ -196,36 +204,51 @@ func (s *stream) fillsOnDisk(n int) bool {
 	return len(s.buf)+n > smallFileLimit
 }
 
-// startSpool moves the part being filled to a new spool file that takes
-// room for a whole part of size in the staging area now, so that the
-// writes filling it never find the disk full. What the part holds in
-// memory goes with it. Should the staging area have no room, the stream
-// stays as it was.
-func (s *stream) startSpool(size int64) {
+// startSpool moves the part being filled to a new spool file once the
+// staging area has room for a whole part of size: the stream's own parts
+// in flight give theirs back as they end, and are waited for first, so
+// that a part fills in memory only while other files hold the room. A
+// part after the first keeps that room, and the writes filling it never
+// find the disk full; the first takes only what it holds, as a staged
+// file does, for a file held open short of a part must not hold a whole
+// one. What the part holds in memory goes with it. It returns the error
+// of a part that failed meanwhile.
+func (s *stream) startSpool(size int64) error {
+	for !s.fsys.stagingHasRoom(size) {
+		if len(s.inflight) == 0 {
+			return nil
+		}
+		if err := s.retireOldest(); err != nil {
+			return err
+		}
+	}
 	st, err := s.fsys.newStaging()
 	if err != nil {
 		s.fsys.opts.Logger.Debug("no spool file for a part: it fills in memory", "err", err)
-		return
+		return nil
 	}
 	if err := st.reserve(size); err != nil {
-		st.Close()
-		return
+		st.Close() // another file took the room meanwhile
+		return nil
+	}
+	if s.upload == nil {
+		st.keepRoomFor(0)
 	}
 	if err := st.WriteAt(s.buf, 0); err != nil {
 		st.Close()
-		return
+		return nil
 	}
 	s.spool, s.spoolLen = st, int64(len(s.buf))
 	s.buf = nil
 	s.freeSmall()
+	return nil
 }
 
 // staged gives the content of a stream no part of which went up as a
 // staging file: its spool handed over, cut to the file's length, or a
 // new one with its buffer. The stream keeps nothing of it.
 func (s *stream) staged() (*stagingFile, error) {
-	st := s.spool
-	if st == nil {
+	if s.spool == nil {
 		st, err := s.fsys.newStaging()
 		if err != nil {
 			return nil, err
@@ -238,11 +261,11 @@ func (s *stream) staged() (*stagingFile, error) {
 	}
 	// A write the disk took only part of may have left bytes past the
 	// content.
+	st := s.spool
 	if err := st.f.Truncate(s.spoolLen); err != nil {
 		return nil, fmt.Errorf("cut a spooled part to its length: %w", err)
 	}
-	s.fsys.staged.Add(s.spoolLen - st.reserved)
-	st.reserved = s.spoolLen
+	st.keepRoomFor(s.spoolLen)
 	s.spool, s.spoolLen = nil, 0
 	return st, nil
 }
@@ -381,8 +404,11 @@ func (s *stream) sendPart(ctx context.Context, meta map[string]string) error {
 }
 
 // reclaim waits for the oldest in-flight part in memory and takes its
-// buffer; spooled parts before it (a small memory limit's, see
-// Options.partsOnDisk) are waited for and freed on the way.
+// buffer. Spooled parts come after the last of those, but for a small
+// memory limit's (Options.partsOnDisk) that a part filling in memory
+// found still in flight, its spool file not made or its room taken by
+// another file meanwhile (startSpool): they are waited for and freed on
+// the way.
 func (s *stream) reclaim() *[]byte {
 	for len(s.inflight) > 0 {
 		p := s.inflight[0]
