@@ -222,20 +222,14 @@ func (s *stream) startSpool(size int64) error {
 			return err
 		}
 	}
-	st, err := s.fsys.newStaging()
+	room := int64(0) // the first part's: what it holds
+	if s.upload != nil {
+		room = size
+	}
+	st, err := s.bufferStaged(room)
 	if err != nil {
+		// Another file took the room meanwhile, or no file was made.
 		s.fsys.opts.Logger.Debug("no spool file for a part: it fills in memory", "err", err)
-		return nil
-	}
-	if err := st.reserve(size); err != nil {
-		st.Close() // another file took the room meanwhile
-		return nil
-	}
-	if s.upload == nil {
-		st.keepRoomFor(0)
-	}
-	if err := st.WriteAt(s.buf, 0); err != nil {
-		st.Close()
 		return nil
 	}
 	s.spool, s.spoolLen = st, int64(len(s.buf))
@@ -249,15 +243,7 @@ func (s *stream) startSpool(size int64) error {
 // new one with its buffer. The stream keeps nothing of it.
 func (s *stream) staged() (*stagingFile, error) {
 	if s.spool == nil {
-		st, err := s.fsys.newStaging()
-		if err != nil {
-			return nil, err
-		}
-		if err := st.WriteAt(s.buf, 0); err != nil {
-			st.Close()
-			return nil, err
-		}
-		return st, nil
+		return s.bufferStaged(0)
 	}
 	// A write the disk took only part of may have left bytes past the
 	// content.
@@ -267,6 +253,24 @@ func (s *stream) staged() (*stagingFile, error) {
 	}
 	st.keepRoomFor(s.spoolLen)
 	s.spool, s.spoolLen = nil, 0
+	return st, nil
+}
+
+// bufferStaged makes a staging file of what the stream holds in memory,
+// with room for size bytes taken first.
+func (s *stream) bufferStaged(size int64) (*stagingFile, error) {
+	st, err := s.fsys.newStaging()
+	if err != nil {
+		return nil, err
+	}
+	if err := st.reserve(size); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := st.WriteAt(s.buf, 0); err != nil {
+		st.Close()
+		return nil, err
+	}
 	return st, nil
 }
 
