@@ -145,14 +145,20 @@ func (f *FS) peekHead(ctx context.Context, key string, how peekHow) (store.Objec
 	if how == noPeek || !ok || f.cache == nil {
 		return f.store.Head(ctx, key)
 	}
-	o, data, err := p.Peek(ctx, key, peekBytes, how == peekWhole)
+	buf := peekBuffers.Get().(*[]byte)
+	o, n, err := p.Peek(ctx, key, *buf, how == peekWhole)
 	if err != nil {
+		peekBuffers.Put(buf)
 		return o, err
 	}
 	f.stats.Peeks.Add(1)
-	if len(data) > 0 && o.ETag != "" && !f.peeked.keep(key, o.ETag, data) {
-		// Under the version's ETag: never another version's bytes.
-		f.cache.Store(key, o.ETag, o.Size, data, 0)
+	if n > 0 && o.ETag != "" && f.peeked.keep(key, o.ETag, buf, n) {
+		return o, nil // buf is the peek's now
 	}
+	if n > 0 && o.ETag != "" {
+		// Under the version's ETag: never another version's bytes.
+		f.cache.Store(key, o.ETag, o.Size, (*buf)[:n], 0)
+	}
+	peekBuffers.Put(buf)
 	return o, nil
 }

@@ -38,7 +38,7 @@ func distinct(n int) []byte {
 func TestPeekedBytesGoOnlyToTheirVersion(t *testing.T) {
 	f := newPeekedFS(t)
 	data := distinct(10000)
-	if !f.peeked.keep("k", "v1", data) {
+	if !keepPeeked(f, "k", "v1", data) {
 		t.Fatal("keep refused bytes the memory limit has room for")
 	}
 	if got := f.Stats().BufferBytes.Load(); got != int64(len(data)) {
@@ -72,14 +72,14 @@ func TestPeekedBytesGoOnlyToTheirVersion(t *testing.T) {
 // The same version peeked again is held once.
 func TestPeekedBytesStayWithinTheirLimit(t *testing.T) {
 	f := newPeekedFS(t)
-	f.peeked.keep("0", "v", make([]byte, 1000))
-	f.peeked.keep("0", "v", make([]byte, 1000))
+	keepPeeked(f, "0", "v", make([]byte, 1000))
+	keepPeeked(f, "0", "v", make([]byte, 1000))
 	if held := f.peeked.heldBytes(); held != 1000 || f.Stats().BufferBytes.Load() != 1000 {
 		t.Fatalf("one version peeked twice holds %d bytes (BufferBytes %d), want 1000", held, f.Stats().BufferBytes.Load())
 	}
 	n := peekedLimit/peekBytes + 5
 	for i := range n {
-		if !f.peeked.keep(fmt.Sprint(i), "v", make([]byte, peekBytes)) {
+		if !keepPeeked(f, fmt.Sprint(i), "v", make([]byte, peekBytes)) {
 			t.Fatalf("keep %d refused", i)
 		}
 	}
@@ -102,7 +102,7 @@ func TestPeekedBytesNotReadGoAfterTheirTTL(t *testing.T) {
 	f.peeked.ttl = 50 * time.Millisecond
 	gone := func() bool { return f.peeked.heldBytes() == 0 && f.Stats().BufferBytes.Load() == 0 }
 	for _, key := range []string{"a", "b"} {
-		if !f.peeked.keep(key, "v", make([]byte, 1000)) {
+		if !keepPeeked(f, key, "v", make([]byte, 1000)) {
 			t.Fatalf("keep %s refused", key)
 		}
 		if gone() {
@@ -135,18 +135,18 @@ func TestPeeksTakeNoMemoryTheLimitLacks(t *testing.T) {
 	if !f.tryReserve(f.opts.MemoryLimit) {
 		t.Fatal("could not take the whole memory limit")
 	}
-	if f.peeked.keep("k", "v", make([]byte, 1000)) {
+	if keepPeeked(f, "k", "v", make([]byte, 1000)) {
 		t.Fatal("a peek was held beyond the memory limit")
 	}
 	f.release(f.opts.MemoryLimit)
-	if !f.peeked.keep("k", "v", make([]byte, 1000)) {
+	if !keepPeeked(f, "k", "v", make([]byte, 1000)) {
 		t.Fatal("keep refused bytes the memory limit has room for")
 	}
 	f.Close()
 	if f.peeked.heldBytes() != 0 || f.Stats().BufferBytes.Load() != 0 {
 		t.Fatalf("Close left %d peeked bytes held (BufferBytes %d)", f.peeked.heldBytes(), f.Stats().BufferBytes.Load())
 	}
-	if f.peeked.keep("k2", "v", make([]byte, 1000)) || f.Stats().BufferBytes.Load() != 0 {
+	if keepPeeked(f, "k2", "v", make([]byte, 1000)) || f.Stats().BufferBytes.Load() != 0 {
 		t.Fatal("a peek was held after Close")
 	}
 }
@@ -165,4 +165,11 @@ func TestOnlyReadersOpenWithoutFlush(t *testing.T) {
 			t.Errorf("open with flags %#o: FOPEN_NOFLUSH %v, want %v", c.flags, got, c.noFlush)
 		}
 	}
+}
+
+// keepPeeked has f's peeks keep data as a peek's buffer would hold it.
+func keepPeeked(f *FS, key, etag string, data []byte) bool {
+	buf := make([]byte, max(len(data), peekBytes))
+	copy(buf, data)
+	return f.peeked.keep(key, etag, &buf, len(data))
 }

@@ -28,12 +28,12 @@ func (s *peekingStore) Head(ctx context.Context, key string) (store.Object, erro
 	return s.Store.Head(ctx, key)
 }
 
-func (s *peekingStore) Peek(ctx context.Context, key string, length int64, whole bool) (store.Object, []byte, error) {
+func (s *peekingStore) Peek(ctx context.Context, key string, dest []byte, whole bool) (store.Object, int, error) {
 	s.peeks.Add(1)
 	if whole {
 		s.wholePeeks.Add(1)
 	}
-	return s.Store.Peek(ctx, key, length, whole)
+	return s.Store.Peek(ctx, key, dest, whole)
 }
 
 func (s *peekingStore) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {

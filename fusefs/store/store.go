@@ -83,15 +83,18 @@ type Prober interface {
 // the same request (a ranged GET): a lookup that a read will follow costs
 // one round trip instead of two.
 type Peeker interface {
-	// Peek returns what Head does of key, and its first bytes, up to
-	// length (fewer when the object is shorter), all of one version.
-	// ErrNotExist if absent. With whole set the caller expects the object
-	// to fit in length, and the store may ask for all of it rather than a
+	// Peek returns what Head does of key, and reads its first bytes into
+	// dest, up to len(dest) (fewer when the object is shorter), all of
+	// one version; n is how many. ErrNotExist if absent. The caller's
+	// dest lets a mount that peeks file after file reuse its buffers
+	// rather than have the collector run for each file's. With whole set
+	// the caller expects the object to fit in dest, and the store may ask
+	// for all of it rather than a
 	// range: what any client reading a small file sends, which costs an
 	// S3 server less (MinIO serves about a fifth more whole GETs of 100
 	// KiB than ranged ones), and costs a dropped connection when the
 	// object is longer after all.
-	Peek(ctx context.Context, key string, length int64, whole bool) (Object, []byte, error)
+	Peek(ctx context.Context, key string, dest []byte, whole bool) (o Object, n int, err error)
 }
 
 // Splicer is a Store whose Get bodies are PipeSources: a plain-HTTP S3

@@ -173,7 +173,7 @@ func (e *env) rawHead(round int) (map[string]float64, error) {
 func (e *env) rawLoader(round int) (map[string]float64, error) {
 	dropCaches()
 	names := e.loaderNames(round)
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPU()
 	n, err := inParallel(names, func(name string) (int64, error) {
 		o, err := e.client.GetObject(context.Background(), e.bucket, e.key(name), minio.GetObjectOptions{})
 		if err != nil {
@@ -185,7 +185,7 @@ func (e *env) rawLoader(round int) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return loaderFigures(n, len(names), time.Since(start)), nil
+	return loaderFigures(n, len(names), time.Since(start), selfCPU()-cpu0), nil
 }
 
 // rawList: ListObjectsV2 (delimited, as a directory listing) of each

@@ -84,6 +84,7 @@ func metrics(e *env) []metric {
 		metric{key: "stat_p99", row: "stat", name: "stat of a never-listed file, p99 µs", fmt: "%.0f", rawNote: "HEAD"},
 		metric{key: "stat_mean", row: "stat", name: fmt.Sprintf("stat of %d never-listed files of a directory of %d, mean µs", e.stats, e.lsSizes[len(e.lsSizes)-1]), fmt: "%.0f", rawNote: "HEAD"},
 		metric{key: "loader_fps", row: "loader", name: fmt.Sprintf("data loader: %d × %s files read whole by %d readers, cold, files/s", e.loaderFiles, humanSize(e.loaderSize), loaderReaders), higher: true, fmt: "%.0f", rawNote: fmt.Sprintf("GetObject, %d in parallel", loaderReaders)},
+		metric{key: "loader_cpu", row: "loader", name: "  daemon CPU-s per 1000 files", fmt: "%.2f", rawNote: "client CPU"},
 	)
 	for i := range ms {
 		if ms[i].objfuse == "" {

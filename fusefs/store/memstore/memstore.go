@@ -64,25 +64,25 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	return cloneInfo(o.info), nil
 }
 
-// Peek is Head with the object's first length bytes (store.Peeker); the
-// memory store answers a whole peek as any other.
-func (s *Store) Peek(ctx context.Context, key string, length int64, whole bool) (store.Object, []byte, error) {
+// Peek is Head with the object's first bytes read into dest
+// (store.Peeker); the memory store answers a whole peek as any other.
+func (s *Store) Peek(ctx context.Context, key string, dest []byte, whole bool) (store.Object, int, error) {
 	if err := s.fail("peek", key); err != nil {
-		return store.Object{}, nil, err
+		return store.Object{}, 0, err
 	}
 	s.mu.Lock()
 	o, ok := s.objects[key]
 	s.mu.Unlock()
 	if !ok {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, store.ErrNotExist)
+		return store.Object{}, 0, fmt.Errorf("peek %q: %w", key, store.ErrNotExist)
 	}
-	data := make([]byte, min(length, o.info.Size))
+	data := dest[:min(int64(len(dest)), o.info.Size)]
 	if s.patterned {
 		Pattern(key, 0, data)
 	} else {
 		copy(data, o.data) // immutable once stored
 	}
-	return cloneInfo(o.info), data, nil
+	return cloneInfo(o.info), len(data), nil
 }
 
 func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {

@@ -51,19 +51,24 @@ func testPeek(t *testing.T, whole bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o, data, err := st.Peek(ctx, c.name, 4096, whole)
+			dest := bytes.Repeat([]byte{0xee}, 4096+1)
+			o, n, err := st.Peek(ctx, c.name, dest[:4096], whole)
 			if err != nil {
 				t.Fatal(err)
 			}
+			data := dest[:n]
 			if o.Key != head.Key || o.Size != head.Size || o.ETag != head.ETag || !o.LastModified.Equal(head.LastModified) || o.Metadata["mode"] != "33188" {
 				t.Errorf("peek %+v, HEAD %+v", o, head)
 			}
 			if want := c.data[:min(4096, len(c.data))]; !bytes.Equal(data, want) {
 				t.Errorf("peek's bytes: %d of them, want the first %d", len(data), len(want))
 			}
+			if dest[4096] != 0xee {
+				t.Error("the peek wrote past its buffer")
+			}
 		})
 	}
-	if _, _, err := st.Peek(ctx, "missing", 4096, whole); !errors.Is(err, store.ErrNotExist) {
+	if _, _, err := st.Peek(ctx, "missing", make([]byte, 4096), whole); !errors.Is(err, store.ErrNotExist) {
 		t.Errorf("peek of a missing object: %v, want ErrNotExist", err)
 	}
 }

@@ -201,73 +201,73 @@ func (s *Store) Head(ctx context.Context, key string) (store.Object, error) {
 	return o, nil
 }
 
-// Peek is a HEAD that brings the object's first length bytes too, in one
-// ranged GET, or a plain one when whole is set (store.Peeker). Where the
+// Peek is a HEAD that brings the object's first len(dest) bytes too, in
+// one ranged GET, or a plain one when whole is set (store.Peeker). Where the
 // GET cannot answer as the HEAD would (an empty object has no range to
 // give; an archived object or one whose key the mount may not decrypt
 // with refuses its bytes, not its attributes; an answer without a size),
 // the object is asked for with a HEAD.
-func (s *Store) Peek(ctx context.Context, key string, length int64, whole bool) (store.Object, []byte, error) {
+func (s *Store) Peek(ctx context.Context, key string, dest []byte, whole bool) (store.Object, int, error) {
 	peek := s.peek
 	if whole {
 		peek = s.peekWhole
 	}
-	o, data, err := peek(ctx, key, length)
+	o, n, err := peek(ctx, key, dest)
 	if err == nil || errors.Is(err, store.ErrNotExist) || ctx.Err() != nil {
-		return o, data, err
+		return o, n, err
 	}
 	o, err = s.Head(ctx, key)
-	return o, nil, err
+	return o, 0, err
 }
 
-func (s *Store) peek(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+func (s *Store) peek(ctx context.Context, key string, dest []byte) (store.Object, int, error) {
 	var opts minio.GetObjectOptions
-	if err := opts.SetRange(0, length-1); err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+	if err := opts.SetRange(0, int64(len(dest))-1); err != nil {
+		return store.Object{}, 0, fmt.Errorf("peek %q: %w", key, err)
 	}
 	body, info, header, err := s.peekGet(ctx, key, opts)
 	if err != nil {
-		return store.Object{}, nil, err
+		return store.Object{}, 0, err
 	}
 	defer body.Close()
 	cr := header.Get("Content-Range")
 	if cr == "" {
-		return store.Object{}, nil, fmt.Errorf("peek %q: the server answered the range with the whole object", key)
+		return store.Object{}, 0, fmt.Errorf("peek %q: the server answered the range with the whole object", key)
 	}
 	// "bytes 0-N/SIZE": the object's size, not the range's.
 	if err := rangeStartsAt(0, cr); err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+		return store.Object{}, 0, fmt.Errorf("peek %q: %w", key, err)
 	}
 	total, err := strconv.ParseInt(cr[strings.LastIndexByte(cr, '/')+1:], 10, 64)
 	if err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: the server's Content-Range %q gives no size", key, cr)
+		return store.Object{}, 0, fmt.Errorf("peek %q: the server's Content-Range %q gives no size", key, cr)
 	}
 	info.Key, info.Size = key, total
 	o, err := object(info, info.UserMetadata)
 	if err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+		return store.Object{}, 0, fmt.Errorf("peek %q: %w", key, err)
 	}
-	return peekBody(key, o, body, length)
+	return peekBody(key, o, body, dest)
 }
 
 // peekWhole is peek with a plain GET: the whole object's attributes, and
 // its bytes up to length. A longer object's body is closed after them,
 // which costs its connection.
-func (s *Store) peekWhole(ctx context.Context, key string, length int64) (store.Object, []byte, error) {
+func (s *Store) peekWhole(ctx context.Context, key string, dest []byte) (store.Object, int, error) {
 	body, info, _, err := s.peekGet(ctx, key, minio.GetObjectOptions{})
 	if err != nil {
-		return store.Object{}, nil, err
+		return store.Object{}, 0, err
 	}
 	defer body.Close()
 	if info.Size < 0 {
-		return store.Object{}, nil, fmt.Errorf("peek %q: the server's answer gives no size", key)
+		return store.Object{}, 0, fmt.Errorf("peek %q: the server's answer gives no size", key)
 	}
 	info.Key = key
 	o, err := object(info, info.UserMetadata)
 	if err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+		return store.Object{}, 0, fmt.Errorf("peek %q: %w", key, err)
 	}
-	return peekBody(key, o, body, length)
+	return peekBody(key, o, body, dest)
 }
 
 // peekGet sends a peek's GET.
@@ -282,21 +282,25 @@ func (s *Store) peekGet(ctx context.Context, key string, opts minio.GetObjectOpt
 	return body, info, header, nil
 }
 
-// peekBody reads the first bytes of o, up to length, from body, and its
-// end when they are all of it: net/http keeps a connection for the next
-// request only if the body it closes was read to EOF, and an exact read
-// stops short of that.
-func peekBody(key string, o store.Object, body io.Reader, length int64) (store.Object, []byte, error) {
-	data := make([]byte, min(length, o.Size))
+// peekBody reads the first bytes of o, up to len(dest), from body into
+// dest, and its end when they are all of it: net/http keeps a connection
+// for the next request only if the body it closes was read to EOF, and an
+// exact read stops short of that.
+func peekBody(key string, o store.Object, body io.Reader, dest []byte) (store.Object, int, error) {
+	data := dest[:min(int64(len(dest)), o.Size)]
 	if _, err := io.ReadFull(body, data); err != nil {
-		return store.Object{}, nil, fmt.Errorf("peek %q: %w", key, err)
+		return store.Object{}, 0, fmt.Errorf("peek %q: %w", key, err)
 	}
 	if int64(len(data)) == o.Size {
-		if n, err := body.Read(make([]byte, 1)); n > 0 || err != io.EOF && err != nil {
-			return store.Object{}, nil, fmt.Errorf("peek %q: the body is longer than the object's size (%d bytes), or failed: %v", key, o.Size, err)
+		beyond := dest[len(data):] // room past the object, when dest has it
+		if len(beyond) == 0 {
+			beyond = make([]byte, 1)
+		}
+		if n, err := body.Read(beyond[:1]); n > 0 || err != io.EOF && err != nil {
+			return store.Object{}, 0, fmt.Errorf("peek %q: the body is longer than the object's size (%d bytes), or failed: %v", key, o.Size, err)
 		}
 	}
-	return o, data, nil
+	return o, len(data), nil
 }
 
 func (s *Store) Get(ctx context.Context, key, etag string, off, length int64) (io.ReadCloser, error) {
