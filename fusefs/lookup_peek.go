@@ -152,10 +152,11 @@ func (f *FS) peekHead(ctx context.Context, key string, how peekHow) (store.Objec
 		return o, err
 	}
 	f.stats.Peeks.Add(1)
-	if n > 0 && o.ETag != "" && f.peeked.keep(key, o.ETag, buf, n) {
+	switch {
+	case n == 0 || o.ETag == "":
+	case f.peeked.keep(key, o.ETag, buf, n):
 		return o, nil // buf is the peek's now
-	}
-	if n > 0 && o.ETag != "" {
+	default:
 		// Under the version's ETag: never another version's bytes.
 		f.cache.Store(key, o.ETag, o.Size, (*buf)[:n], 0)
 	}

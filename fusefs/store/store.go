@@ -89,11 +89,10 @@ type Peeker interface {
 	// dest lets a mount that peeks file after file reuse its buffers
 	// rather than have the collector run for each file's. With whole set
 	// the caller expects the object to fit in dest, and the store may ask
-	// for all of it rather than a
-	// range: what any client reading a small file sends, which costs an
-	// S3 server less (MinIO serves about a fifth more whole GETs of 100
-	// KiB than ranged ones), and costs a dropped connection when the
-	// object is longer after all.
+	// for all of it rather than a range: what any client reading a small
+	// file sends, which costs an S3 server less (MinIO serves about a
+	// fifth more whole GETs of 100 KiB than ranged ones), and costs a
+	// dropped connection when the object is longer after all.
 	Peek(ctx context.Context, key string, dest []byte, whole bool) (o Object, n int, err error)
 }
 

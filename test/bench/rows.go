@@ -202,6 +202,8 @@ func readAll(path string) (int64, error) {
 	}
 }
 
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
 // randOffsets are the 4 KiB-aligned offsets of a round's random reads,
 // the same for every variant and the raw client.
 func (e *env) randOffsets(round int) []int64 {
@@ -315,8 +317,6 @@ func (e *env) rowLoader(v *variant, round int) (map[string]float64, error) {
 	}
 	return loaderFigures(n, len(names), time.Since(start), cpuSeconds(m.pid)-cpu0), nil
 }
-
-var readBuffers = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // loaderReaders are the data loader's readers (PyTorch's num_workers).
 const loaderReaders = 8

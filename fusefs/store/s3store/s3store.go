@@ -251,7 +251,7 @@ func (s *Store) peek(ctx context.Context, key string, dest []byte) (store.Object
 }
 
 // peekWhole is peek with a plain GET: the whole object's attributes, and
-// its bytes up to length. A longer object's body is closed after them,
+// its bytes up to len(dest). A longer object's body is closed after them,
 // which costs its connection.
 func (s *Store) peekWhole(ctx context.Context, key string, dest []byte) (store.Object, int, error) {
 	body, info, _, err := s.peekGet(ctx, key, minio.GetObjectOptions{})
