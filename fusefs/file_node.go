@@ -43,10 +43,6 @@ type fileNode struct {
 	kernelSize int64
 	// dropping: the kernel is being told to drop its pages of the file.
 	dropping bool
-	// predecessorPages: the kernel's pages may be a predecessor's, kept
-	// (FS.pagesFromPredecessor) until the first open has the kernel ask
-	// for the attributes again.
-	predecessorPages bool
 	// own are the versions this mount made of the file.
 	own ownVersions
 	// replacedElsewhere counts the times a lookup or stat found the
@@ -472,15 +468,7 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 		n.handles = map[*handle]struct{}{}
 	}
 	n.handles[h] = struct{}{}
-	if n.predecessorPages {
-		// The kept pages may hold writes a dead predecessor never
-		// uploaded, or another client's change may have replaced the
-		// file meanwhile. Told to ask for the attributes again, the
-		// kernel drops its pages itself when they differ from what it
-		// had, and only while no write is under way.
-		n.predecessorPages = false
-		n.NotifyContent(-1, 0)
-	} else if !n.local() && n.kernelSize != n.attr.size {
+	if !n.local() && n.kernelSize != n.attr.size {
 		// The kernel has the size of another version (held for handles
 		// reading it, or told before another client replaced it): the
 		// new handle reads the store's, and must not stop at the old
@@ -539,13 +527,23 @@ func (n *fileNode) keepForUnlink(ctx context.Context) {
 // is uploaded from now on.
 func (n *fileNode) markUnlinked() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.settleJournalLocked()
 	if n.opens == 0 {
 		n.dropLocal()
 	}
 	n.unlinked, n.stored = true, false
 	n.upload.settled()
+	// Open handles without a local copy (too large to keep) read nothing
+	// more: their reads fail with ESTALE. The kernel's pages must not
+	// answer some of them and not the others. Dropped before the unlink
+	// is answered, so that no read after it finds them; the unlink holds
+	// none of the file's pages, and READs are answered meanwhile.
+	unkept := n.opens > 0 && !n.local()
+	n.cachedETag = ""
+	n.mu.Unlock()
+	if unkept {
+		n.NotifyContent(0, 0)
+	}
 }
 
 func toErrno(err error) syscall.Errno {

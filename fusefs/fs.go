@@ -46,16 +46,6 @@ type FS struct {
 	// reserveWritten).
 	uploadingBytes atomic.Int64
 	memoryStalled  atomic.Bool
-	// pagesFromPredecessor: the connection was a predecessor's
-	// (ServeTakeover), so the kernel may hold pages of a file before this
-	// process first finds it; they are of the content the predecessor
-	// served, the store's (it uploaded what it acknowledged; writes it
-	// did not are its writers' EIO). A first open keeps them: having the
-	// kernel drop them could lose a write already in them
-	// (pagesCurrentLocked). It has the kernel ask for the attributes
-	// again instead: those of another version than its pages have it drop
-	// them itself, once no write is under way.
-	pagesFromPredecessor bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
 	// journal keeps files closed asynchronously until their upload; nil
@@ -278,6 +268,15 @@ func (f *FS) MountOptions(fsName string) *fs.Options {
 			// without trying a pipe; replies from pipes splice.
 			DisableSplice:     !f.splicing,
 			ExtraCapabilities: f.capabilities(),
+			// Not the kernel's own page invalidation when attributes
+			// bring a new mtime: it can drop a page holding a WRITE on its
+			// way (fuse unlocks an up-to-date page before sending it), and
+			// the READ that caches the page again has zeros where that
+			// WRITE goes (TestANewMtimeKeepsTheKernelsPages). objfuse
+			// says at each open whether the pages are of the content
+			// (FOPEN_KEEP_CACHE), and drops them itself where they are not
+			// (dropKernelCacheLater), so the mtime need not.
+			DisabledCapabilities: fuse.CAP_AUTO_INVAL_DATA,
 			PanicHandler: func(p any) fuse.Status {
 				f.stats.PanicsRecovered.Add(1)
 				// Called from go-fuse's deferred recover, still on the

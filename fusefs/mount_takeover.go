@@ -33,7 +33,6 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	}
 	var prev *takeover.Saved
 	if resume != nil {
-		f.pagesFromPredecessor = true
 		prev = resume.Saved
 		init := resume.Init
 		o.ResumeInit = &init
@@ -51,7 +50,7 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 		tfs.Close()
 		return nil, nil, fmt.Errorf("serve %s on %s: %w", fsName, fdPath, err)
 	}
-	if resume != nil && resume.Reply != nil && srv.InitReply() != *resume.Reply {
+	if resume != nil && resume.Reply != nil && !sameTerms(srv.InitReply(), *resume.Reply) {
 		// Not served: nothing was read from the connection.
 		tfs.Close()
 		got, want := srv.InitReply(), *resume.Reply
@@ -82,4 +81,16 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	}
 	f.uploadRestored()
 	return srv, tfs, nil
+}
+
+// sameTerms says a successor's INIT reply, got, is what the kernel keeps
+// from its predecessor's, kept. Where a predecessor asked for
+// AUTO_INVAL_DATA (objfuse before it stopped asking) and its successor
+// does not, the kernel goes on dropping pages on a new mtime, as it did:
+// the successor never relies on it doing so or not.
+func sameTerms(got, kept fuse.InitOut) bool {
+	const unrelied = uint32(fuse.CAP_AUTO_INVAL_DATA)
+	got.Flags &^= unrelied
+	kept.Flags &^= unrelied
+	return got == kept
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/minio/minio-go/v7"
 
 	"github.com/objfuse/objfuse/mounter-pod/handoff"
@@ -509,6 +510,51 @@ func TestTakeoverRefusesOtherFUSETerms(t *testing.T) {
 	srv, staging, m, fd := servedMount(t)
 	m.cmd.Process.Kill()
 	<-m.exited
+	editSavedReply(t, staging, func(saved map[string]any) {
+		saved["MaxWrite"] = saved["MaxWrite"].(float64) / 2
+	})
+	m = restartHandoff(t, m, srv, "--staging-dir", staging)
+	dup, err := syscall.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpServe, TakeOver: true}, dup)
+	syscall.Close(dup)
+	if err == nil && rep.Serving {
+		t.Fatal("a successor with other FUSE terms serves the connection")
+	}
+	if msg := fmt.Sprint(err, rep.Error); !strings.Contains(msg, "FUSE terms differ") {
+		t.Fatalf("refused with %q, want it to say the FUSE terms differ", msg)
+	}
+}
+
+// TestTakeoverOfAMounterThatAskedForAutoInvalData: objfuse before this
+// one asked the kernel for AUTO_INVAL_DATA; a successor that does not
+// still takes its connection over (the kernel goes on invalidating as
+// before, which nothing here relies on either way), and serves it.
+func TestTakeoverOfAMounterThatAskedForAutoInvalData(t *testing.T) {
+	srv, staging, m, fd := servedMount(t)
+	name := filepath.Join(m.mnt, "kept")
+	if err := os.WriteFile(name, []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.cmd.Process.Kill()
+	<-m.exited
+	editSavedReply(t, staging, func(saved map[string]any) {
+		saved["Flags"] = float64(uint32(saved["Flags"].(float64)) | fuse.CAP_AUTO_INVAL_DATA)
+	})
+	m = restartHandoff(t, m, srv, "--staging-dir", staging)
+	hand(t, m.sock, fd, true)
+	if got, err := os.ReadFile(name); err != nil || string(got) != "before" {
+		t.Fatalf("after the takeover: %q, %v; want the file as written", got, err)
+	}
+	m.release(t)
+}
+
+// editSavedReply has edit change the INIT reply a killed mounter saved
+// under staging, as a predecessor of another version would have saved it.
+func editSavedReply(t *testing.T, staging string, edit func(saved map[string]any)) {
+	t.Helper()
 	var reply string
 	filepath.WalkDir(staging, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.Name() == "init-reply.json" {
@@ -524,25 +570,12 @@ func TestTakeoverRefusesOtherFUSETerms(t *testing.T) {
 	if err := json.Unmarshal(body, &saved); err != nil {
 		t.Fatal(err)
 	}
-	saved["MaxWrite"] = saved["MaxWrite"].(float64) / 2
+	edit(saved)
 	if body, err = json.Marshal(saved); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(reply, body, 0o600); err != nil {
 		t.Fatal(err)
-	}
-	m = restartHandoff(t, m, srv, "--staging-dir", staging)
-	dup, err := syscall.Dup(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpServe, TakeOver: true}, dup)
-	syscall.Close(dup)
-	if err == nil && rep.Serving {
-		t.Fatal("a successor with other FUSE terms serves the connection")
-	}
-	if msg := fmt.Sprint(err, rep.Error); !strings.Contains(msg, "FUSE terms differ") {
-		t.Fatalf("refused with %q, want it to say the FUSE terms differ", msg)
 	}
 }
 
