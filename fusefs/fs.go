@@ -46,6 +46,10 @@ type FS struct {
 	// reserveWritten).
 	uploadingBytes atomic.Int64
 	memoryStalled  atomic.Bool
+	// inherited: the connection was a predecessor's (ServeTakeover), so
+	// the kernel may know a node before this process first finds it, and
+	// have pages of it.
+	inherited bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
 	// journal keeps files closed asynchronously until their upload; nil
@@ -139,8 +143,11 @@ type Stats struct {
 	// BytesFromCache were read from the read cache instead of S3.
 	BytesFromCache atomic.Int64
 	// BytesFromPeeks were read from what a lookup's peek brought, held
-	// in memory for the READ.
+	// in memory for the READ or given to the kernel at the open.
 	BytesFromPeeks atomic.Int64
+	// PeeksStored are files whose open gave the kernel's page cache what
+	// the lookup's peek brought, the whole file (storePeekedLocked).
+	PeeksStored atomic.Int64
 	// BufferBytes is the memory held now in written data waiting for its
 	// upload, in readahead chunks and in peeked bytes waiting for their
 	// READ (a gauge, bounded by Options.MemoryLimit).

@@ -33,6 +33,7 @@ func (f *FS) ServeTakeover(fdPath, fsName, journalPath string, resume *Resume) (
 	}
 	var prev *takeover.Saved
 	if resume != nil {
+		f.inherited = true
 		prev = resume.Saved
 		init := resume.Init
 		o.ResumeInit = &init
