@@ -379,12 +379,8 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 		node = &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
 	default:
 		// From the store, so stored: an open of it is not a local file.
-		// The kernel's pages, if a predecessor's connection left some
-		// (FS.inherited), are dropped at the first open (cachedETag is
-		// empty): they may hold writes the predecessor never uploaded,
-		// or another client's change may have replaced the file
-		// meanwhile.
-		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true, noKernelPages: !n.fsys.inherited}
+		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true,
+			noKernelPages: !n.fsys.inherited, inheritedPages: n.fsys.inherited}
 	}
 	return n.adopt(ctx, node, kind)
 }

@@ -47,6 +47,9 @@ type fileNode struct {
 	// may give it some (storePeekedLocked): the node is new to the
 	// kernel (none of a predecessor's) and was never opened.
 	noKernelPages bool
+	// inheritedPages: the kernel may have pages of the file that a
+	// predecessor's connection left (FS.inherited), until the first open.
+	inheritedPages bool
 	// own are the versions this mount made of the file.
 	own ownVersions
 	// replacedElsewhere counts the times a lookup or stat found the
@@ -467,13 +470,29 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	if n.local() {
 		n.cachedETag = pagesLocal
 	}
+	inherited := n.inheritedPages
+	if inherited {
+		// The pages may hold writes a dead predecessor never uploaded,
+		// or be of a version another client replaced meanwhile; and this
+		// open may be a handle's revival, which the kernel never sees
+		// (takeover.FS), so they are not of the content now: the next
+		// open drops them, and, with no writer to race, they go now,
+		// attributes too, before the handle reads them. With a writer,
+		// the attributes only (no page lock taken).
+		n.inheritedPages, n.cachedETag = false, ""
+		if n.writers == 0 && !n.local() {
+			n.dropKernelCacheLater()
+		} else {
+			n.NotifyContent(-1, 0)
+		}
+	}
 	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
 	if n.handles == nil {
 		n.handles = map[*handle]struct{}{}
 	}
 	n.handles[h] = struct{}{}
-	if !n.local() && n.kernelSize != n.attr.size {
+	if !inherited && !n.local() && n.kernelSize != n.attr.size {
 		// The kernel has the size of another version (held for handles
 		// reading it, or told before another client replaced it): the
 		// new handle reads the store's, and must not stop at the old
@@ -536,6 +555,9 @@ func (n *fileNode) keepForUnlink(ctx context.Context) {
 		st, _, err := n.fsys.loadStaging(ctx, n.key(), n.attr.etag, n.attr.size)
 		if err == nil {
 			n.staging = st
+			if n.cachedETag == n.attr.etag {
+				n.cachedETag = pagesLocal // the copy is of the pages' version
+			}
 		}
 	}
 	if n.stream != nil {
@@ -556,12 +578,21 @@ func (n *fileNode) markUnlinked() {
 	n.unlinked, n.stored = true, false
 	n.upload.settled()
 	// Open handles without a local copy (too large to keep) read nothing
-	// more: their reads fail with ESTALE. The kernel's pages must not
-	// answer some of them and not the others. Dropped before the unlink
-	// is answered, so that no read after it finds them; the unlink holds
-	// none of the file's pages, and READs are answered meanwhile.
+	// more: their reads fail with ESTALE (handle.Read). The kernel's
+	// pages must not answer some of them and not the others. Dropped
+	// before the unlink is answered, so that no read after it finds
+	// them: the unlink holds none of the file's pages, and READs are
+	// answered meanwhile. Not on a predecessor's connection: there a READ
+	// holding its pages may wait for its handle's revival, which waits
+	// for this unlink (takeover.FS), so they go just after it.
 	unkept := n.opens > 0 && !n.local()
-	n.cachedETag = ""
+	if unkept {
+		n.cachedETag = ""
+	}
+	if unkept && n.fsys.inherited {
+		n.dropKernelCacheLater()
+		unkept = false
+	}
 	n.mu.Unlock()
 	if unkept {
 		n.NotifyContent(0, 0)

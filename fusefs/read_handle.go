@@ -60,6 +60,11 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			n.mu.Unlock()
 			return res, errno
 		}
+		if n.unlinked {
+			// Removed, and too large to have been kept (keepForUnlink).
+			n.mu.Unlock()
+			return nil, syscall.ESTALE
+		}
 		key, err := n.linkedKey()
 		h.pin.follow(n)
 		p := h.pin
@@ -98,6 +103,15 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		// this one with zeros up to that.
 		moved := h.pin.moves != p.moves
 		passed := k < len(dest) && (n.local() || p.etag != n.attr.etag)
+		if n.unlinked && !n.local() {
+			// Removed while the GET ran: its pages went at the unlink,
+			// and this READ must not cache them again.
+			if res != nil {
+				res.Done()
+			}
+			n.mu.Unlock()
+			return nil, syscall.ESTALE
+		}
 		if moved || passed {
 			if res != nil {
 				res.Done()

@@ -155,8 +155,8 @@ func TestANewMtimeKeepsTheKernelsPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A new mtime: S3's times are of seconds, so the append's upload
-	// must come in a later one than the first.
+	// A new mtime: a store's times may be of seconds (S3's are), so
+	// appends go on until the upload of one comes in a later one.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, err := w.Write([]byte("more\n")); err != nil {

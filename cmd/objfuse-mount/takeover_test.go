@@ -602,9 +602,8 @@ func TestNoHandOverWithoutAKeptConnection(t *testing.T) {
 // and attributes (for a minute: --stat-ttl); while the connection is
 // handed over, another client replaces the file by one of the same size
 // and another mtime. A read through the successor is the new content,
-// not the kernel's old pages: the successor keeps them (not to race
-// writes under way) but has the kernel ask for the attributes again at
-// the first open, and the new mtime makes it drop them.
+// not the kernel's old pages: the successor's first open of the file
+// has the kernel drop them.
 func TestHandOverSeesAFileReplacedMeanwhile(t *testing.T) {
 	ttl := []string{"--stat-ttl", "1m"}
 	srv, staging, m, fd := servedMount(t, ttl...)
@@ -631,6 +630,50 @@ func TestHandOverSeesAFileReplacedMeanwhile(t *testing.T) {
 	if b, err := openAndRead(name); err != nil || string(b) != "new content\n" {
 		t.Fatalf("after the hand-over: %q, %v; want the content now in S3", b, err)
 	}
+	m.release(t)
+}
+
+// TestARevivedHandleLeavesNoOldPagesToNewOpens: a file open across a
+// hand-over, whose pages the kernel has, is replaced meanwhile by a
+// longer version. The successor opens the handle again when the kernel
+// first uses it (takeover.FS), an open the kernel never sees; an open
+// after that must still not keep the old pages, nor the old size: it
+// reads the new version whole.
+func TestARevivedHandleLeavesNoOldPagesToNewOpens(t *testing.T) {
+	ttl := []string{"--stat-ttl", "1m"}
+	srv, staging, m, fd := servedMount(t, ttl...)
+	put := func(body, mtime string) {
+		if _, err := srv.Client().PutObject(context.Background(), m.bucket, "kept", strings.NewReader(body), int64(len(body)),
+			minio.PutObjectOptions{UserMetadata: map[string]string{"mtime": mtime}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("old content\n", "1000000000")
+	name := filepath.Join(m.mnt, "kept")
+	old, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if b, err := io.ReadAll(old); err != nil || string(b) != "old content\n" {
+		t.Fatalf("before: %q, %v", b, err)
+	}
+	if _, err := handoff.Call(context.Background(), m.sock, handoff.Request{Op: handoff.OpHandOver}, -1); err != nil {
+		t.Fatal(err)
+	}
+	<-m.exited
+	put("new and longer content\n", "2000000000")
+	m = restartHandoff(t, m, srv, append([]string{"--staging-dir", staging}, ttl...)...)
+	hand(t, m.sock, fd, true)
+	// A request on the old handle (its reads are the kernel's pages):
+	// the successor opens it again.
+	if err := old.Sync(); err != nil {
+		t.Fatalf("fsync of the handle open across the hand-over: %v", err)
+	}
+	if b, err := openAndRead(name); err != nil || string(b) != "new and longer content\n" {
+		t.Fatalf("a new open after the old handle's revival read %q, %v; want the content now in S3", b, err)
+	}
+	old.Close()
 	m.release(t)
 }
 
