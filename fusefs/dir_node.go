@@ -379,8 +379,7 @@ func (n *dirNode) newChild(ctx context.Context, kind uint32, a attrs, hasMarker 
 		node = &symlinkNode{fsys: n.fsys, attr: a, attrAt: time.Now()}
 	default:
 		// From the store, so stored: an open of it is not a local file.
-		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true,
-			noKernelPages: !n.fsys.inherited, inheritedPages: n.fsys.inherited}
+		node = &fileNode{fsys: n.fsys, attr: a, attrAt: time.Now(), stored: true, inheritedPages: n.fsys.inherited}
 	}
 	return n.adopt(ctx, node, kind)
 }

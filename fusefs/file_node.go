@@ -43,10 +43,6 @@ type fileNode struct {
 	kernelSize int64
 	// dropping: the kernel is being told to drop its pages of the file.
 	dropping bool
-	// noKernelPages: the kernel has no pages of the file, so that an open
-	// may give it some (storePeekedLocked): the node is new to the
-	// kernel (none of a predecessor's) and was never opened.
-	noKernelPages bool
 	// inheritedPages: the kernel may have pages of the file that a
 	// predecessor's connection left (FS.inherited), until the first open.
 	inheritedPages bool
@@ -455,10 +451,9 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 		n.writers++
 	}
 	var fuseFlags uint32
-	if n.pagesCurrentLocked() || !writable && n.storePeekedLocked() {
+	if n.pagesCurrentLocked() {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
-	n.noKernelPages = false
 	if !writable {
 		// A reader's close has nothing to flush (no locks are the
 		// mount's: the kernel keeps them), and the FLUSH would be one
@@ -478,8 +473,10 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 		// (takeover.FS), so they are not of the content now: the next
 		// open drops them, and, with no writer to race, they go now,
 		// attributes too, before the handle reads them. With a writer,
-		// the attributes only (no page lock taken).
-		n.inheritedPages, n.cachedETag = false, ""
+		// the attributes only (no page lock taken). Nor is the size the
+		// kernel's yet, whatever this open's revival told itself: an open
+		// before the drop has the kernel ask for the attributes again.
+		n.inheritedPages, n.cachedETag, n.kernelSize = false, "", -1
 		if n.writers == 0 && !n.local() {
 			n.dropKernelCacheLater()
 		} else {
@@ -503,23 +500,6 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	// without asking: the handle has read from it.
 	h.pin.used = fuseFlags&fuse.FOPEN_KEEP_CACHE != 0
 	return h, fuseFlags
-}
-
-// storePeekedLocked gives the kernel's page cache the bytes a lookup's
-// peek brought of the whole file, and reports whether it did: the reads
-// after this open then send no READ, one round trip of the four a small
-// file's read costs (a data loader's). Only where the kernel has no pages
-// of the file, so none of another version stay beside them, and where
-// this is the file's only open (counted already): no READ of the file is
-// under way, whose page the store would wait for while the READ waits for
-// n.mu, and no WRITE, whose bytes the store could overwrite.
-func (n *fileNode) storePeekedLocked() bool {
-	if !n.noKernelPages || n.opens != 1 || n.local() || n.attr.etag == "" || n.kernelSize != n.attr.size {
-		return false
-	}
-	return n.fsys.peeked.store(n.key(), n.attr.etag, n.attr.size, func(b []byte) bool {
-		return n.WriteCache(0, b) == 0
-	})
 }
 
 // pagesLocal is cachedETag while the kernel's pages are of the local

@@ -48,7 +48,7 @@ type FS struct {
 	memoryStalled  atomic.Bool
 	// inherited: the connection was a predecessor's (ServeTakeover), so
 	// the kernel may know a node before this process first finds it, and
-	// have pages of it.
+	// have pages of it (fileNode.inheritedPages).
 	inherited bool
 	// staged counts bytes in local staging files, bounded by StagingLimit.
 	staged atomic.Int64
@@ -143,11 +143,8 @@ type Stats struct {
 	// BytesFromCache were read from the read cache instead of S3.
 	BytesFromCache atomic.Int64
 	// BytesFromPeeks were read from what a lookup's peek brought, held
-	// in memory for the READ or given to the kernel at the open.
+	// in memory for the READ.
 	BytesFromPeeks atomic.Int64
-	// PeeksStored are files whose open gave the kernel's page cache what
-	// the lookup's peek brought, the whole file (storePeekedLocked).
-	PeeksStored atomic.Int64
 	// BufferBytes is the memory held now in written data waiting for its
 	// upload, in readahead chunks and in peeked bytes waiting for their
 	// READ (a gauge, bounded by Options.MemoryLimit).

@@ -112,31 +112,6 @@ func (p *peeked) take(key, etag string, dest []byte, off int64) bool {
 	return true
 }
 
-// store hands the peeked bytes of version etag of key to put when they
-// are the whole object, size bytes, and reports whether put took them
-// (returned true). They go either way: put had them to copy, and a
-// failed put's kernel asks with a READ, which the read cache or a GET
-// answers.
-func (p *peeked) store(key, etag string, size int64, put func([]byte) bool) bool {
-	p.mu.Lock()
-	e, ok := p.byID[peekedID(key, etag)]
-	if !ok || int64(len(e.Value.(*peekedBytes).data)) != size {
-		p.mu.Unlock()
-		return false
-	}
-	// Out of the list, so that nothing drops them while put copies them.
-	b := p.unlistLocked(e)
-	p.mu.Unlock()
-	ok = put(b.data)
-	if ok {
-		p.fsys.stats.PeeksStored.Add(1)
-		p.fsys.stats.BytesFromPeeks.Add(size)
-		p.fsys.stats.BytesRead.Add(size)
-	}
-	p.giveBack(b)
-	return ok
-}
-
 // expire drops what waited peekedTTL, and runs again while anything is
 // held.
 func (p *peeked) expire() {
@@ -166,18 +141,10 @@ func (p *peeked) close() {
 }
 
 // dropLocked lets the bytes of e go, giving their memory back.
-func (p *peeked) dropLocked(e *list.Element) { p.giveBack(p.unlistLocked(e)) }
-
-// unlistLocked takes e out of what is held, for READs to come.
-func (p *peeked) unlistLocked(e *list.Element) *peekedBytes {
+func (p *peeked) dropLocked(e *list.Element) {
 	b := p.order.Remove(e).(*peekedBytes)
 	delete(p.byID, b.id)
 	p.held -= int64(len(b.data))
-	return b
-}
-
-// giveBack returns the memory and the buffer of bytes no longer held.
-func (p *peeked) giveBack(b *peekedBytes) {
 	p.fsys.release(int64(len(b.data)))
 	peekBuffers.Put(b.buf)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/objfuse/objfuse/fusefs"
 	"github.com/objfuse/objfuse/fusefs/store"
 	"github.com/objfuse/objfuse/fusefs/store/memstore"
-	"golang.org/x/sys/unix"
 )
 
 // peekingStore counts a memory store's HEADs, peeks, GETs and LISTs, and
@@ -137,78 +136,4 @@ func readTrainFiles(t *testing.T, dir string, files int, content func(int) []byt
 			t.Fatalf("s%03d: read %d bytes that are not the file's", i, len(got))
 		}
 	}
-}
-
-// TestPeekedFilesOpenWithTheirPages: a small file peeked whole by its
-// lookup is in the kernel's page cache as soon as it is opened for
-// reading (mincore of a mapping shows every page before anything is
-// read), so its reads send no READ and no GET, and return its bytes. A
-// file opened for writing first gets none: its writes go through the
-// pages, which the peek's bytes must not overwrite.
-func TestPeekedFilesOpenWithTheirPages(t *testing.T) {
-	const files, size = 40, 50<<10 + 123
-	mem := memstore.New()
-	content := func(i int) []byte { return distinctBytes(i, size) }
-	for i := range files + 2 {
-		put(t, mem, fmt.Sprintf("train/s%03d", i), content(i))
-	}
-	st := &peekingStore{Store: mem}
-	fsys, dir := mountFSOf(t, st, fusefs.Options{ReadCacheSize: 8 << 20, StatTTL: time.Hour, ListTTL: time.Hour})
-	readTrainFiles(t, dir, files, content) // the pattern shows
-	if stored := fsys.Stats().PeeksStored.Load(); stored < st.peeks.Load()*9/10 || stored == 0 {
-		t.Fatalf("%d of %d files peeked opened with their pages", stored, st.peeks.Load())
-	}
-
-	gets, peeks := st.gets.Load(), st.peeks.Load()
-	f, err := os.Open(filepath.Join(dir, "train", fmt.Sprintf("s%03d", files)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if st.peeks.Load() != peeks+1 {
-		t.Fatal("the next file's lookup did not peek")
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	if n, want := residentPages(t, m), (size+4095)/4096; n != want {
-		t.Fatalf("%d of the file's %d pages in the kernel after its open, want all", n, want)
-	}
-	if got, err := io.ReadAll(f); err != nil || !bytes.Equal(got, content(files)) || !bytes.Equal(m, content(files)) {
-		t.Fatalf("read %d bytes (%v) that are not the file's", len(got), err)
-	}
-	if st.gets.Load() != gets {
-		t.Fatalf("%d GETs for a file whose open had its pages", st.gets.Load()-gets)
-	}
-
-	stored := fsys.Stats().PeeksStored.Load()
-	w, err := os.OpenFile(filepath.Join(dir, "train", fmt.Sprintf("s%03d", files+1)), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if fsys.Stats().PeeksStored.Load() != stored {
-		t.Fatal("an open for writing gave the kernel the peeked bytes")
-	}
-	if _, err := w.WriteAt([]byte("written"), 100); err != nil {
-		t.Fatal(err)
-	}
-	want := content(files + 1)
-	copy(want[100:], "written")
-	got := make([]byte, size)
-	if _, err := w.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("read back after a write: %v, or bytes not the file's", err)
-	}
-}
-
-// distinctBytes is file i's n bytes, no two pages of which, nor of
-// another file's, are alike.
-func distinctBytes(i, n int) []byte {
-	b := make([]byte, n)
-	for j := range b {
-		b[j] = byte(j*7 + j>>12 + i*13)
-	}
-	return b
 }
