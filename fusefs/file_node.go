@@ -470,18 +470,16 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 		// The pages may hold writes a dead predecessor never uploaded,
 		// or be of a version another client replaced meanwhile; and this
 		// open may be a handle's revival, which the kernel never sees
-		// (takeover.FS), so they are not of the content now: the next
-		// open drops them, and, with no writer to race, they go now,
-		// attributes too, before the handle reads them. With a writer,
-		// the attributes only (no page lock taken). Nor is the size the
-		// kernel's yet, whatever this open's revival told itself: an open
-		// before the drop has the kernel ask for the attributes again.
+		// (takeover.FS): they are not of the content now, and the next
+		// open drops them. Nor is the size the kernel's, whatever the
+		// revival told itself: the kernel is told to ask for the
+		// attributes again, now and at the next open (no page lock
+		// taken). Dropping the pages now would race that: the drop has
+		// the kernel discard the answer of an attributes request under
+		// way, and a read then ends at the old size. So a revived
+		// handle may still read what the kernel kept of it.
 		n.inheritedPages, n.cachedETag, n.kernelSize = false, "", -1
-		if n.writers == 0 && !n.local() {
-			n.dropKernelCacheLater()
-		} else {
-			n.NotifyContent(-1, 0)
-		}
+		n.NotifyContent(-1, 0)
 	}
 	h := &handle{node: n, writable: writable, append: flags&syscall.O_APPEND != 0, r: reader{fsys: n.fsys}}
 	h.pin.follow(n)
