@@ -128,12 +128,16 @@ func TestANewMtimeKeepsTheKernelsPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := w.Write(randomBytes(cached)); err != nil {
-		t.Fatal(err)
+	appendSynced := func(b []byte) {
+		t.Helper()
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	appendSynced(randomBytes(cached))
 	r, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -159,12 +163,7 @@ func TestANewMtimeKeepsTheKernelsPages(t *testing.T) {
 	// appends go on until the upload of one comes in a later one.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := w.Write([]byte("more\n")); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		appendSynced([]byte("more\n"))
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)

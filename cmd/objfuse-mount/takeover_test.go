@@ -607,12 +607,7 @@ func TestNoHandOverWithoutAKeptConnection(t *testing.T) {
 func TestHandOverSeesAFileReplacedMeanwhile(t *testing.T) {
 	ttl := []string{"--stat-ttl", "1m"}
 	srv, staging, m, fd := servedMount(t, ttl...)
-	put := func(body, mtime string) {
-		if _, err := srv.Client().PutObject(context.Background(), m.bucket, "same", strings.NewReader(body), int64(len(body)),
-			minio.PutObjectOptions{UserMetadata: map[string]string{"mtime": mtime}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := putWithMtime(t, srv, m.bucket, "same")
 	put("old content\n", "1000000000")
 	name := filepath.Join(m.mnt, "same")
 	if b, err := os.ReadFile(name); err != nil || string(b) != "old content\n" {
@@ -642,12 +637,7 @@ func TestHandOverSeesAFileReplacedMeanwhile(t *testing.T) {
 func TestARevivedHandleLeavesNoOldPagesToNewOpens(t *testing.T) {
 	ttl := []string{"--stat-ttl", "1m"}
 	srv, staging, m, fd := servedMount(t, ttl...)
-	put := func(body, mtime string) {
-		if _, err := srv.Client().PutObject(context.Background(), m.bucket, "kept", strings.NewReader(body), int64(len(body)),
-			minio.PutObjectOptions{UserMetadata: map[string]string{"mtime": mtime}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := putWithMtime(t, srv, m.bucket, "kept")
 	put("old content\n", "1000000000")
 	name := filepath.Join(m.mnt, "kept")
 	old, err := os.Open(name)
@@ -675,6 +665,18 @@ func TestARevivedHandleLeavesNoOldPagesToNewOpens(t *testing.T) {
 	}
 	old.Close()
 	m.release(t)
+}
+
+// putWithMtime puts key in bucket, as another S3 client would, with
+// body and objfuse's mtime metadata.
+func putWithMtime(t *testing.T, srv *miniotest.Server, bucket, key string) func(body, mtime string) {
+	return func(body, mtime string) {
+		t.Helper()
+		if _, err := srv.Client().PutObject(context.Background(), bucket, key, strings.NewReader(body), int64(len(body)),
+			minio.PutObjectOptions{UserMetadata: map[string]string{"mtime": mtime}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // openAndRead reads up to 4 KiB of name with open(2) and read(2) alone.
